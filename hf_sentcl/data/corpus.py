@@ -1,0 +1,80 @@
+"""Loading and pre-tokenising training text with `datasets` (tokenised once, cached between runs)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from datasets import Dataset, load_dataset
+from transformers import PreTrainedTokenizerBase
+
+from hf_sentcl.configs import DataArguments
+
+VIEW_PREFIX = "view"
+
+
+def check_train_file(path: str | None) -> Path | None:
+    """Return the expanded training-file path, or raise naming it when it is missing."""
+    if path is None:
+        return None
+    resolved = Path(os.path.expandvars(path)).expanduser()
+    if not resolved.is_file():
+        raise FileNotFoundError(f"train_file '{resolved}' does not exist (recipe key 'train_file').")
+    return resolved
+
+
+def load_training_dataset(data_args: DataArguments, text_columns: tuple[str, ...]) -> Dataset:
+    """Load the raw training examples with the given text columns (one column per view).
+
+    `.txt` files give one sentence per line (blank lines dropped); `.csv`/`.json(l)` files and `datasets` ids
+    must contain the requested columns.
+    """
+    if data_args.train_file is None and data_args.dataset_name is None:
+        raise ValueError("No training data: set 'train_file' or 'dataset_name' in the recipe.")
+    if data_args.train_file is not None:
+        path = check_train_file(data_args.train_file)
+        suffix = path.suffix.lower().lstrip(".")
+        builder = {"txt": "text", "text": "text", "csv": "csv", "tsv": "csv", "json": "json", "jsonl": "json"}.get(suffix)
+        if builder is None:
+            raise ValueError(f"train_file '{path}': unsupported extension '.{suffix}' (use .txt, .csv, .tsv, .jsonl).")
+        extra = {"delimiter": "\t"} if suffix == "tsv" else {}
+        dataset = load_dataset(builder, data_files=str(path), split="train", **extra)
+        if builder == "text":
+            dataset = dataset.rename_column("text", data_args.text_column) if data_args.text_column != "text" else dataset
+        source = f"train_file '{path}'"
+    else:
+        dataset = load_dataset(data_args.dataset_name, data_args.dataset_config_name, split=data_args.dataset_split)
+        source = f"dataset '{data_args.dataset_name}'"
+    missing = [c for c in text_columns if c not in dataset.column_names]
+    if missing:
+        raise ValueError(f"{source} has no column(s) {missing}; it has {dataset.column_names}.")
+    dataset = dataset.filter(lambda row: all(row[c] and str(row[c]).strip() for c in text_columns))
+    if data_args.max_train_samples is not None:
+        dataset = dataset.select(range(min(data_args.max_train_samples, len(dataset))))
+    if len(dataset) == 0:
+        raise ValueError(f"{source} contains no usable (non-empty) training examples.")
+    return dataset
+
+
+def tokenize_views(
+    dataset: Dataset,
+    tokenizer: PreTrainedTokenizerBase,
+    text_columns: tuple[str, ...],
+    max_seq_length: int,
+    num_proc: int | None = None,
+) -> Dataset:
+    """Tokenise each text column into `view0`, `view1`, ... (token-id lists, unpadded, truncated)."""
+
+    def tokenize(batch):
+        return {
+            f"{VIEW_PREFIX}{i}": tokenizer(batch[column], truncation=True, max_length=max_seq_length)["input_ids"]
+            for i, column in enumerate(text_columns)
+        }
+
+    return dataset.map(
+        tokenize,
+        batched=True,
+        num_proc=num_proc,
+        remove_columns=dataset.column_names,
+        desc="Tokenising training text",
+    )

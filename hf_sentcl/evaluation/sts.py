@@ -1,0 +1,187 @@
+"""Semantic textual similarity: SentEval-format readers and the 7-task evaluator.
+
+Scores are Spearman x 100 between gold scores and cosine similarities. STS12-16 consist of several subsets;
+`mode` says how they are combined: `all` concatenates a year's subsets into one correlation (the
+SimCSE/ConSERT/MTEB convention), `mean` averages per-subset correlations, `wmean` weights them by size.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy.stats import spearmanr
+
+from hf_sentcl.defaults import resolve_data_dir
+
+STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
+STS_MODES = ("all", "mean", "wmean")
+
+# SentEval's subset lists. STS13's SMT subset ships without its input file (license), so it is skipped.
+STS_YEAR_SUBSETS = {
+    "STS12": ("MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"),
+    "STS13": ("FNWN", "headlines", "OnWN"),
+    "STS14": ("deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news"),
+    "STS15": ("answers-forums", "answers-students", "belief", "headlines", "images"),
+    "STS16": ("answer-answer", "headlines", "plagiarism", "postediting", "question-question"),
+}
+
+
+@dataclass
+class STSPairs:
+    """Sentence pairs with gold scores."""
+
+    sentences1: list[str]
+    sentences2: list[str]
+    scores: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.scores)
+
+
+def _read_lines(path: Path) -> list[str]:
+    if not path.is_file():
+        raise FileNotFoundError(f"STS data file '{path}' is missing; is the data directory a SentEval layout?")
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def read_sts_year_subset(folder: Path, subset: str) -> STSPairs:
+    """Read one `STS.input.<subset>.txt` / `STS.gs.<subset>.txt` pair, dropping rows without a gold score."""
+    inputs = _read_lines(folder / f"STS.input.{subset}.txt")
+    gold = _read_lines(folder / f"STS.gs.{subset}.txt")
+    if len(inputs) != len(gold):
+        raise ValueError(f"{folder}: subset '{subset}' has {len(inputs)} pairs but {len(gold)} gold lines.")
+    s1, s2, scores = [], [], []
+    for pair, score in zip(inputs, gold):
+        if not score.strip():
+            continue
+        a, b = pair.split("\t")[:2]
+        s1.append(a)
+        s2.append(b)
+        scores.append(float(score))
+    return STSPairs(s1, s2, np.asarray(scores, dtype=np.float64))
+
+
+def read_stsbenchmark(path: Path) -> STSPairs:
+    """Read SentEval's `sts-{train,dev,test}.csv` (tab-separated; score in column 5, sentences in 6 and 7)."""
+    s1, s2, scores = [], [], []
+    for line in _read_lines(path):
+        columns = line.split("\t")
+        s1.append(columns[5])
+        s2.append(columns[6])
+        scores.append(float(columns[4]))
+    return STSPairs(s1, s2, np.asarray(scores, dtype=np.float64))
+
+
+def read_sick(path: Path) -> STSPairs:
+    """Read a SICK file (header line; sentence_A, sentence_B, relatedness_score)."""
+    s1, s2, scores = [], [], []
+    for line in _read_lines(path)[1:]:
+        columns = line.split("\t")
+        s1.append(columns[1])
+        s2.append(columns[2])
+        scores.append(float(columns[3]))
+    return STSPairs(s1, s2, np.asarray(scores, dtype=np.float64))
+
+
+def load_sts_task(data_dir: str | os.PathLike | None, task: str, split: str = "test") -> dict[str, STSPairs]:
+    """Load one STS task as {subset: pairs}. STSBenchmark and SICKRelatedness have one subset and a split."""
+    root = resolve_data_dir(data_dir)
+    if task in STS_YEAR_SUBSETS:
+        folder = root / "STS" / f"{task}-en-test"
+        subsets = [s for s in STS_YEAR_SUBSETS[task] if (folder / f"STS.input.{s}.txt").is_file()]
+        if not subsets:
+            raise FileNotFoundError(f"No STS input files found in '{folder}'.")
+        return {subset: read_sts_year_subset(folder, subset) for subset in subsets}
+    if task == "STSBenchmark":
+        return {split: read_stsbenchmark(root / "STS" / "STSBenchmark" / f"sts-{split}.csv")}
+    if task == "SICKRelatedness":
+        name = {"train": "SICK_train.txt", "dev": "SICK_trial.txt", "test": "SICK_test_annotated.txt"}[split]
+        return {split: read_sick(root / "SICK" / name)}
+    raise ValueError(f"Unknown STS task '{task}'. Choose from: {', '.join(STS_TASKS)}.")
+
+
+def spearman_x100(gold: np.ndarray, predicted: np.ndarray) -> float:
+    """Spearman rank correlation x 100."""
+    return float(spearmanr(gold, predicted).statistic * 100)
+
+
+def combine_subsets(per_subset: dict[str, tuple[np.ndarray, np.ndarray]], mode: str) -> float:
+    """Combine (gold, cosine) arrays of a task's subsets into one score according to `mode`."""
+    if mode == "all":
+        gold = np.concatenate([g for g, _ in per_subset.values()])
+        pred = np.concatenate([p for _, p in per_subset.values()])
+        return spearman_x100(gold, pred)
+    scores = np.array([spearman_x100(g, p) for g, p in per_subset.values()])
+    if mode == "mean":
+        return float(scores.mean())
+    if mode == "wmean":
+        sizes = np.array([len(g) for g, _ in per_subset.values()], dtype=np.float64)
+        return float((scores * sizes).sum() / sizes.sum())
+    raise ValueError(f"Unknown STS averaging mode '{mode}'. Choose one of: {', '.join(STS_MODES)}.")
+
+
+def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise cosine similarity of two (n, d) arrays."""
+    a = a / np.clip(np.linalg.norm(a, axis=1, keepdims=True), 1e-12, None)
+    b = b / np.clip(np.linalg.norm(b, axis=1, keepdims=True), 1e-12, None)
+    return (a * b).sum(axis=1)
+
+
+class STSEvaluator:
+    """Evaluate an encoder on STS tasks, encoding every distinct sentence of all tasks in one `encode` call.
+
+    Args:
+        data_dir: SentEval-format directory (defaults to `$HF_SENTCL_DATA`).
+        tasks: names from `STS_TASKS`.
+        mode: how STS12-16 subsets are combined (`all`, `mean`, `wmean`).
+        split: split of STSBenchmark/SICKRelatedness (`test`; `dev` for model selection).
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike | None = None,
+        tasks: tuple[str, ...] = STS_TASKS,
+        mode: str = "all",
+        split: str = "test",
+    ):
+        if mode not in STS_MODES:
+            raise ValueError(f"Unknown STS averaging mode '{mode}'. Choose one of: {', '.join(STS_MODES)}.")
+        unknown = [t for t in tasks if t not in STS_TASKS]
+        if unknown:
+            raise ValueError(f"Unknown STS task(s) {unknown}. Choose from: {', '.join(STS_TASKS)}.")
+        self.mode = mode
+        self.tasks = tuple(tasks)
+        self.data = {task: load_sts_task(data_dir, task, split) for task in tasks}
+
+    def sentences(self) -> list[str]:
+        """Every distinct sentence of the loaded tasks."""
+        unique: dict[str, None] = {}
+        for subsets in self.data.values():
+            for pairs in subsets.values():
+                unique.update(dict.fromkeys(pairs.sentences1))
+                unique.update(dict.fromkeys(pairs.sentences2))
+        return list(unique)
+
+    def __call__(self, encoder, batch_size: int = 128, bf16: bool = False) -> dict[str, float]:
+        """Return {task: Spearman x 100, ..., 'Avg': mean over tasks}. `encoder` needs `encode(list) -> array`."""
+        sentences = self.sentences()
+        embeddings = np.asarray(encoder.encode(sentences, batch_size=batch_size, bf16=bf16))
+        index = {s: i for i, s in enumerate(sentences)}
+        results: dict[str, float] = {}
+        for task, subsets in self.data.items():
+            per_subset = {
+                name: (
+                    pairs.scores,
+                    cosine_rows(
+                        embeddings[[index[s] for s in pairs.sentences1]],
+                        embeddings[[index[s] for s in pairs.sentences2]],
+                    ),
+                )
+                for name, pairs in subsets.items()
+            }
+            results[task] = combine_subsets(per_subset, self.mode)
+        results["Avg"] = float(np.mean([results[t] for t in self.tasks]))
+        return results

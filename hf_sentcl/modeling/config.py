@@ -1,0 +1,73 @@
+"""`SentenceEncoderConfig`: everything that decides what the encoder computes, saved with the checkpoint."""
+
+from __future__ import annotations
+
+from transformers import AutoConfig, PreTrainedConfig
+from transformers.configuration_utils import SubConfigSpec
+
+POOLING_MODES = ("cls", "cls_before_pooler", "mean", "max", "first_last_avg", "last2_avg")
+HEAD_TYPES = ("none", "mlp")
+
+
+class SentenceEncoderConfig(PreTrainedConfig):
+    """Configuration of a `SentenceEncoder`.
+
+    Pooling and head settings live here (not in constructor kwargs) so that a checkpoint reloads and embeds the
+    same way without the recipe that trained it.
+
+    Args:
+        backbone_config: config of the wrapped `AutoModel` backbone (BERT, RoBERTa, MiniLM, ...).
+        pooling: one of `POOLING_MODES`. `cls` is the [CLS] vector passed through the head when one is active;
+            `cls_before_pooler` is the raw [CLS] vector, never through the head; `mean`/`max` pool real tokens;
+            `first_last_avg` mean-pools the average of the first transformer layer and the last;
+            `last2_avg` mean-pools the average of the last two layers.
+        pooling_layer: hidden-state index used by `cls`, `cls_before_pooler`, `mean` and `max` (0 = embedding
+            output, -1 = last layer).
+        head: `none` or `mlp` (Linear + tanh on the pooled vector, SimCSE's projector).
+        head_at_inference: keep applying the head in eval mode; `False` makes it a training-only head.
+        inference_pooling: pooling used in eval mode (and so by `encode` and the saved encoder) when it differs
+            from the training pooling, e.g. ConSERT trains with `mean` and evaluates with `last2_avg`.
+        max_seq_length: truncation length used by `encode` (defaults to the tokenizer's limit, capped at 512).
+    """
+
+    model_type = "sentence_encoder"
+    sub_configs_defaults = {"backbone_config": SubConfigSpec(config_class=AutoConfig, model_type="bert")}
+
+    backbone_config: dict | PreTrainedConfig | None = None
+    pooling: str = "cls"
+    pooling_layer: int = -1
+    head: str = "none"
+    head_at_inference: bool = False
+    inference_pooling: str | None = None
+    max_seq_length: int | None = None
+
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        for name in ("pooling", "inference_pooling"):
+            value = getattr(self, name)
+            if value is not None and value not in POOLING_MODES:
+                raise ValueError(f"Unknown {name} '{value}'. Choose one of: {', '.join(POOLING_MODES)}.")
+        if self.head not in HEAD_TYPES:
+            raise ValueError(f"Unknown head '{self.head}'. Choose one of: {', '.join(HEAD_TYPES)}.")
+        num_states = self.backbone_config.num_hidden_layers + 1
+        if not -num_states <= self.pooling_layer < num_states:
+            raise ValueError(
+                f"pooling_layer={self.pooling_layer} is out of range for a backbone with "
+                f"{num_states - 1} layers (use 0..{num_states - 1}, or negative indices from the end)."
+            )
+
+    @property
+    def hidden_size(self) -> int:
+        return self.backbone_config.hidden_size
+
+    def active_pooling(self, training: bool) -> str:
+        """The pooling mode in force in training or in eval mode."""
+        return self.pooling if training or self.inference_pooling is None else self.inference_pooling
+
+    def needs_all_hidden_states(self, pooling: str) -> bool:
+        """Whether `pooling` reads layers other than the last one (costs memory, so only asked for when needed)."""
+        last = self.backbone_config.num_hidden_layers
+        return pooling in ("first_last_avg", "last2_avg") or self.pooling_layer not in (-1, last)
+
+
+AutoConfig.register(SentenceEncoderConfig.model_type, SentenceEncoderConfig)

@@ -1,0 +1,240 @@
+"""`SentenceEncoder`: any `AutoModel` backbone plus pooling and an optional head, with a fast `encode`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.utils import ModelOutput
+
+from hf_sentcl.defaults import resolve_model_name
+from hf_sentcl.modeling.config import SentenceEncoderConfig
+from hf_sentcl.modeling.heads import MLPHead
+from hf_sentcl.modeling.pooling import pool
+
+MAX_DEFAULT_SEQ_LENGTH = 512
+
+
+@dataclass
+class SentenceEmbeddingOutput(ModelOutput):
+    """What `SentenceEncoder.forward` returns: pooled embeddings and, when asked for, every hidden state."""
+
+    embeddings: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+
+
+def check_tokenizer_matches(tokenizer: PreTrainedTokenizerBase, backbone_config, where: str = "") -> None:
+    """Fail early when a tokenizer can produce ids the backbone's embedding table does not have."""
+    vocab_size = getattr(backbone_config, "vocab_size", None)
+    if vocab_size is None:
+        return
+    if len(tokenizer) > vocab_size:
+        raise ValueError(
+            f"Tokenizer{where} has {len(tokenizer)} tokens but the model's embedding table has {vocab_size}: "
+            "they do not belong together. Use the tokenizer saved with the model (leave tokenizer_name empty) "
+            "or resize the embeddings after adding tokens."
+        )
+
+
+class SentenceEncoder(PreTrainedModel):
+    """A sentence encoder around an `AutoModel` backbone.
+
+    `forward` returns pooled sentence embeddings (through the head while training, or always when
+    `config.head_at_inference`). `encode` is the inference entry point used by evaluation: it deduplicates,
+    sorts by length and batches under `torch.inference_mode`, optionally in bf16.
+    """
+
+    config_class = SentenceEncoderConfig
+    base_model_prefix = "sentence_encoder"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _supports_flash_attn = True
+
+    def __init__(self, config: SentenceEncoderConfig, backbone: PreTrainedModel | None = None):
+        super().__init__(config)
+        self.backbone = backbone if backbone is not None else AutoModel.from_config(config.backbone_config)
+        self.head = MLPHead(config.hidden_size) if config.head == "mlp" else None
+        self.tokenizer: PreTrainedTokenizerBase | None = None
+        self.post_init()
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if self.head is not None and module is self.head.dense:
+            std = getattr(self.config.backbone_config, "initializer_range", 0.02)
+            nn.init.normal_(module.weight, std=std)
+            nn.init.zeros_(module.bias)
+        elif isinstance(self.backbone, PreTrainedModel):
+            self.backbone._init_weights(module)
+
+    # ---------------------------------------------------------------- construction and persistence
+    @classmethod
+    def from_backbone(
+        cls,
+        name_or_path: str,
+        *,
+        pooling: str = "cls",
+        pooling_layer: int = -1,
+        head: str = "none",
+        head_at_inference: bool = False,
+        inference_pooling: str | None = None,
+        max_seq_length: int | None = None,
+        tokenizer_name: str | None = None,
+        **load_kwargs,
+    ) -> SentenceEncoder:
+        """Wrap a pretrained backbone (local path, Hub id or the embedded alias) with the given pooling and head."""
+        path = resolve_model_name(name_or_path)
+        backbone = AutoModel.from_pretrained(path, **load_kwargs)
+        config = SentenceEncoderConfig(
+            backbone_config=backbone.config.to_dict(),
+            pooling=pooling,
+            pooling_layer=pooling_layer,
+            head=head,
+            head_at_inference=head_at_inference,
+            inference_pooling=inference_pooling,
+            max_seq_length=max_seq_length,
+        )
+        model = cls(config, backbone=backbone)
+        model.attach_tokenizer(AutoTokenizer.from_pretrained(resolve_model_name(tokenizer_name or name_or_path)))
+        return model
+
+    @classmethod
+    def load(cls, name_or_path: str, **overrides) -> SentenceEncoder:
+        """Load a saved `SentenceEncoder`, or wrap a plain backbone; `overrides` (pooling, head, ...) apply to both."""
+        path = resolve_model_name(name_or_path)
+        model_type = getattr(AutoConfig.from_pretrained(path), "model_type", None)
+        if model_type != SentenceEncoderConfig.model_type:
+            return cls.from_backbone(name_or_path, **overrides)
+        model = cls.from_pretrained(path)
+        for key, value in overrides.items():
+            if key == "head" and value != model.config.head:
+                raise ValueError(f"Cannot change the head of a saved encoder ('{model.config.head}' -> '{value}').")
+            setattr(model.config, key, value)
+        if overrides:
+            SentenceEncoderConfig(**model.config.to_dict())  # re-validate the changed pooling
+        return model
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs) -> SentenceEncoder:
+        model = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        model.attach_tokenizer(AutoTokenizer.from_pretrained(pretrained_model_name_or_path))
+        return model
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> None:
+        super().save_pretrained(save_directory, *args, **kwargs)
+        if self.tokenizer is not None:
+            self.tokenizer.save_pretrained(save_directory)
+
+    def attach_tokenizer(self, tokenizer: PreTrainedTokenizerBase) -> None:
+        """Attach the tokenizer `encode` uses, after checking that it fits the backbone's vocabulary."""
+        check_tokenizer_matches(tokenizer, self.config.backbone_config)
+        self.tokenizer = tokenizer
+
+    @property
+    def max_seq_length(self) -> int:
+        if self.config.max_seq_length:
+            return self.config.max_seq_length
+        limits = [MAX_DEFAULT_SEQ_LENGTH, getattr(self.config.backbone_config, "max_position_embeddings", 10**6)]
+        if self.tokenizer is not None:
+            limits.append(self.tokenizer.model_max_length)
+        return min(limits)
+
+    # ---------------------------------------------------------------- forward
+    def head_active(self, pooling: str) -> bool:
+        return self.head is not None and pooling != "cls_before_pooler" and (
+            self.training or self.config.head_at_inference
+        )
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+    ) -> SentenceEmbeddingOutput:
+        """Embed a batch. `output_hidden_states=True` also returns every layer (embedding output first)."""
+        if attention_mask is None:
+            reference = input_ids if input_ids is not None else inputs_embeds[..., 0]
+            attention_mask = torch.ones(reference.shape[:2], dtype=torch.long, device=reference.device)
+        pooling = self.config.active_pooling(self.training)
+        want_all = output_hidden_states or self.config.needs_all_hidden_states(pooling)
+        extra = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
+        if position_ids is not None:
+            extra["position_ids"] = position_ids
+        outputs = self.backbone(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+            output_hidden_states=want_all,
+            return_dict=True,
+            **extra,
+        )
+        hidden_states = outputs.hidden_states if want_all else (outputs.last_hidden_state,)
+        layer = self.config.pooling_layer if want_all else -1
+        embeddings = pool(hidden_states, attention_mask, pooling, layer)
+        if self.head_active(pooling):
+            embeddings = self.head(embeddings)
+        return SentenceEmbeddingOutput(embeddings=embeddings, hidden_states=outputs.hidden_states if want_all else None)
+
+    # ---------------------------------------------------------------- inference
+    def encode(
+        self,
+        sentences: Sequence[str],
+        batch_size: int = 128,
+        normalize: bool = False,
+        bf16: bool = False,
+        convert_to_numpy: bool = True,
+        show_progress_bar: bool | None = None,
+    ) -> np.ndarray | torch.Tensor:
+        """Embed `sentences`, returning one row per input sentence in input order (float32).
+
+        Each distinct sentence is encoded once; sentences are sorted by token length so that each batch pads
+        little. `bf16=True` runs the backbone under bf16 autocast (results differ from fp32 by rounding only).
+        """
+        if self.tokenizer is None:
+            raise RuntimeError("This encoder has no tokenizer attached; call attach_tokenizer(tokenizer) first.")
+        if isinstance(sentences, str):
+            raise TypeError("encode() takes a list of sentences; wrap a single sentence in a list.")
+        unique = list(dict.fromkeys(sentences))
+        if not unique:
+            return np.zeros((0, self.config.hidden_size), dtype=np.float32) if convert_to_numpy else torch.zeros(
+                0, self.config.hidden_size
+            )
+        tokenized = self.tokenizer(unique, truncation=True, max_length=self.max_seq_length)["input_ids"]
+        order = sorted(range(len(unique)), key=lambda i: len(tokenized[i]), reverse=True)
+        out = torch.empty(len(unique), self.config.hidden_size, dtype=torch.float32)
+        was_training = self.training
+        self.eval()
+        device = self.device
+        use_bf16 = bf16 and (device.type == "cpu" or torch.cuda.is_bf16_supported())
+        if show_progress_bar is None:
+            show_progress_bar = len(unique) >= 4 * batch_size
+        try:
+            with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
+                for start in tqdm(
+                    range(0, len(order), batch_size), desc="Encoding", disable=not show_progress_bar, leave=False
+                ):
+                    index = order[start : start + batch_size]
+                    batch = self.tokenizer.pad({"input_ids": [tokenized[i] for i in index]}, return_tensors="pt")
+                    batch = {k: v.to(device) for k, v in batch.items()}
+                    out[index] = self(**batch).embeddings.float().cpu()
+        finally:
+            self.train(was_training)
+        if normalize:
+            out = torch.nn.functional.normalize(out, dim=-1)
+        position = {sentence: i for i, sentence in enumerate(unique)}
+        result = out[[position[s] for s in sentences]]
+        return result.numpy() if convert_to_numpy else result
+
+
+def load_encoder(name_or_path: str | Path, **overrides) -> SentenceEncoder:
+    """Shorthand for `SentenceEncoder.load`."""
+    return SentenceEncoder.load(str(name_or_path), **overrides)

@@ -1,0 +1,66 @@
+"""The method registry: recipe `method:` name -> config dataclass, trainer class and data layout."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """How to build one method: its config class, its trainer (imported lazily) and its text columns."""
+
+    name: str
+    config_path: str
+    trainer_path: str
+    text_columns: tuple[str, ...]
+    summary: str
+    optional_text_columns: tuple[str, ...] = ()
+
+    @staticmethod
+    def _load(path: str):
+        module, _, attr = path.rpartition(".")
+        return getattr(importlib.import_module(module), attr)
+
+    @property
+    def config_class(self) -> type:
+        return self._load(self.config_path)
+
+    @property
+    def trainer_class(self) -> type:
+        return self._load(self.trainer_path)
+
+
+METHODS: dict[str, MethodSpec] = {}
+
+
+def register_method(spec: MethodSpec) -> None:
+    """Add a method so that recipes can name it."""
+    METHODS[spec.name] = spec
+
+
+def get_method(name: str) -> MethodSpec:
+    if name not in METHODS:
+        raise KeyError(f"unknown method '{name}'. Choose one of: {', '.join(sorted(METHODS))}.")
+    return METHODS[name]
+
+
+register_method(
+    MethodSpec(
+        name="simcse",
+        config_path="hf_sentcl.configs.simcse.SimCSEConfig",
+        trainer_path="hf_sentcl.trainers.simcse.SimCSETrainer",
+        text_columns=("text",),
+        summary="Unsupervised SimCSE: dropout views, in-batch InfoNCE (Gao et al. 2021).",
+    )
+)
+register_method(
+    MethodSpec(
+        name="simcse_sup",
+        config_path="hf_sentcl.configs.simcse.SupervisedSimCSEConfig",
+        trainer_path="hf_sentcl.trainers.simcse.SupervisedSimCSETrainer",
+        text_columns=("sent0", "sent1"),
+        optional_text_columns=("hard_neg",),
+        summary="Supervised SimCSE on (anchor, entailment[, contradiction]) pairs or triplets.",
+    )
+)

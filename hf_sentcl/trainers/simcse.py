@@ -1,0 +1,29 @@
+"""SimCSE trainers (Gao et al. 2021)."""
+
+from __future__ import annotations
+
+import torch
+
+from hf_sentcl.losses import info_nce
+from hf_sentcl.trainers.base import ContrastiveTrainer
+
+
+class SimCSETrainer(ContrastiveTrainer):
+    """Unsupervised SimCSE: every sentence twice in one forward pass, dropout makes the positive pair."""
+
+    dropout_copies = 2
+
+    def contrastive_loss(self, views: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        loss = info_nce(views[0], views[1], self.args.temperature)
+        return loss, {}
+
+
+class SupervisedSimCSETrainer(ContrastiveTrainer):
+    """Supervised SimCSE: (anchor, entailment[, contradiction]) views, contradictions as hard negatives."""
+
+    dropout_copies = 1
+
+    def contrastive_loss(self, views: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        hard = views[2] if views.shape[0] > 2 else None
+        loss = info_nce(views[0], views[1], self.args.temperature, hard, self.args.hard_negative_weight)
+        return loss, {}
