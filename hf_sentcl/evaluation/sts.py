@@ -98,9 +98,19 @@ def load_sts_task(data_dir: str | os.PathLike | None, task: str, split: str = "t
     if task == "STSBenchmark":
         return {split: read_stsbenchmark(root / "STS" / "STSBenchmark" / f"sts-{split}.csv")}
     if task == "SICKRelatedness":
-        name = {"train": "SICK_train.txt", "dev": "SICK_trial.txt", "test": "SICK_test_annotated.txt"}[split]
-        return {split: read_sick(root / "SICK" / name)}
+        files = {"train": "SICK_train.txt", "dev": "SICK_trial.txt", "test": "SICK_test_annotated.txt"}
+        if split == "all":
+            return {"all": _concat([read_sick(root / "SICK" / name) for name in files.values()])}
+        return {split: read_sick(root / "SICK" / files[split])}
     raise ValueError(f"Unknown STS task '{task}'. Choose from: {', '.join(STS_TASKS)}.")
+
+
+def _concat(parts: list[STSPairs]) -> STSPairs:
+    return STSPairs(
+        [s for p in parts for s in p.sentences1],
+        [s for p in parts for s in p.sentences2],
+        np.concatenate([p.scores for p in parts]),
+    )
 
 
 def spearman_x100(gold: np.ndarray, predicted: np.ndarray) -> float:
@@ -138,6 +148,8 @@ class STSEvaluator:
         tasks: names from `STS_TASKS`.
         mode: how STS12-16 subsets are combined (`all`, `mean`, `wmean`).
         split: split of STSBenchmark/SICKRelatedness (`test`; `dev` for model selection).
+        sick_split: overrides `split` for SICKRelatedness; `all` pools train+trial+test (9,927 pairs), which is
+            MTEB's SICK-R, whereas SentEval and the papers use the 4,927 test pairs.
     """
 
     def __init__(
@@ -146,6 +158,7 @@ class STSEvaluator:
         tasks: tuple[str, ...] = STS_TASKS,
         mode: str = "all",
         split: str = "test",
+        sick_split: str | None = None,
     ):
         if mode not in STS_MODES:
             raise ValueError(f"Unknown STS averaging mode '{mode}'. Choose one of: {', '.join(STS_MODES)}.")
@@ -154,7 +167,10 @@ class STSEvaluator:
             raise ValueError(f"Unknown STS task(s) {unknown}. Choose from: {', '.join(STS_TASKS)}.")
         self.mode = mode
         self.tasks = tuple(tasks)
-        self.data = {task: load_sts_task(data_dir, task, split) for task in tasks}
+        self.data = {
+            task: load_sts_task(data_dir, task, sick_split if task == "SICKRelatedness" and sick_split else split)
+            for task in tasks
+        }
 
     def sentences(self) -> list[str]:
         """Every distinct sentence of the loaded tasks."""

@@ -41,6 +41,12 @@ def check_tokenizer_matches(tokenizer: PreTrainedTokenizerBase, backbone_config,
             "they do not belong together. Use the tokenizer saved with the model (leave tokenizer_name empty) "
             "or resize the embeddings after adding tokens."
         )
+    model_pad = getattr(backbone_config, "pad_token_id", None)
+    if model_pad is not None and tokenizer.pad_token_id is not None and tokenizer.pad_token_id != model_pad:
+        raise ValueError(
+            f"Tokenizer{where} pads with id {tokenizer.pad_token_id} but the model expects pad_token_id={model_pad}: "
+            "the tokenizer belongs to a different model. Use the tokenizer saved with the model."
+        )
 
 
 class SentenceEncoder(PreTrainedModel):
