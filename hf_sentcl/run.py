@@ -37,8 +37,12 @@ def validate_recipe(recipe: Recipe) -> None:
     if recipe.training.output_dir is None:
         raise RecipeError(f"{recipe.source}: key 'output_dir' is missing (where results and the encoder go).")
     check_train_file(recipe.data.train_file)
-    if recipe.data.train_file is None and recipe.data.dataset_name is None:
-        raise RecipeError(f"{recipe.source}: set 'train_file' or 'dataset_name' (the training text).")
+    sources = [k for k in ("train_file", "dataset_name", "unlabeled_sts") if getattr(recipe.data, k) is not None]
+    if len(sources) != 1:
+        raise RecipeError(
+            f"{recipe.source}: set exactly one of 'train_file', 'dataset_name', 'unlabeled_sts' "
+            f"(the training text); got {sources or 'none'}."
+        )
     unknown_tasks = [t for t in recipe.data.eval_tasks if t not in ("sts",)]
     if unknown_tasks:
         raise RecipeError(f"{recipe.source}: key 'eval_tasks' has unknown task(s) {unknown_tasks}; known: sts.")
@@ -68,8 +72,6 @@ def build_train_dataset(recipe: Recipe, tokenizer) -> tuple[Dataset, int]:
     spec = get_method(recipe.method)
     raw = load_training_dataset(recipe.data, spec.text_columns)
     columns = spec.text_columns + tuple(c for c in spec.optional_text_columns if c in raw.column_names)
-    if recipe.data.text_column != "text" and columns == ("text",):
-        columns = (recipe.data.text_column,)
     raw = raw.select_columns(list(columns))
     tokenized = tokenize_views(
         raw, tokenizer, columns, recipe.data.max_seq_length, recipe.data.preprocessing_num_workers

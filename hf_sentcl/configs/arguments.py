@@ -54,9 +54,18 @@ class DataArguments:
     dataset_name: str | None = field(
         default=None, metadata={"help": "A `datasets` id to train on instead of train_file."}
     )
+    unlabeled_sts: str | None = field(
+        default=None,
+        metadata={
+            "help": "Train on the unlabeled sentences of STS sets from the data directory instead of a file: "
+            "'stsb' (STS-B train+dev+test, the SG-BERT setting) or 'all' (the 7 STS tasks, the ConSERT setting)."
+        },
+    )
     dataset_config_name: str | None = field(default=None, metadata={"help": "Configuration of dataset_name."})
     dataset_split: str = field(default="train", metadata={"help": "Split of dataset_name to train on."})
-    text_column: str = field(default="text", metadata={"help": "Column holding the sentence (unsupervised)."})
+    text_column: str = field(
+        default="text", metadata={"help": "Column holding the sentence in a csv/json/`datasets` source (unsupervised)."}
+    )
     max_train_samples: int | None = field(
         default=None, metadata={"help": "Keep only the first N training examples (quick runs, benchmarks)."}
     )

@@ -9,6 +9,7 @@ from datasets import Dataset, load_dataset
 from transformers import PreTrainedTokenizerBase
 
 from hf_sentcl.configs import DataArguments
+from hf_sentcl.evaluation.sts import unlabeled_sts_sentences
 
 VIEW_PREFIX = "view"
 
@@ -29,9 +30,19 @@ def load_training_dataset(data_args: DataArguments, text_columns: tuple[str, ...
     `.txt` files give one sentence per line (blank lines dropped); `.csv`/`.json(l)` files and `datasets` ids
     must contain the requested columns.
     """
-    if data_args.train_file is None and data_args.dataset_name is None:
-        raise ValueError("No training data: set 'train_file' or 'dataset_name' in the recipe.")
-    if data_args.train_file is not None:
+    sources = [k for k in ("train_file", "dataset_name", "unlabeled_sts") if getattr(data_args, k) is not None]
+    if len(sources) != 1:
+        raise ValueError(
+            "Set exactly one source of training text: 'train_file', 'dataset_name' or 'unlabeled_sts' "
+            f"(got {sources or 'none'})."
+        )
+    if data_args.unlabeled_sts is not None:
+        if text_columns != ("text",):
+            raise ValueError(f"unlabeled_sts gives single sentences; this method needs columns {text_columns}.")
+        sentences = unlabeled_sts_sentences(data_args.sts_data_dir, data_args.unlabeled_sts)
+        dataset = Dataset.from_dict({"text": sentences})
+        source = f"unlabeled_sts '{data_args.unlabeled_sts}'"
+    elif data_args.train_file is not None:
         path = check_train_file(data_args.train_file)
         suffix = path.suffix.lower().lstrip(".")
         builder = {"txt": "text", "text": "text", "csv": "csv", "tsv": "csv", "json": "json", "jsonl": "json"}.get(suffix)
@@ -39,12 +50,12 @@ def load_training_dataset(data_args: DataArguments, text_columns: tuple[str, ...
             raise ValueError(f"train_file '{path}': unsupported extension '.{suffix}' (use .txt, .csv, .tsv, .jsonl).")
         extra = {"delimiter": "\t"} if suffix == "tsv" else {}
         dataset = load_dataset(builder, data_files=str(path), split="train", **extra)
-        if builder == "text":
-            dataset = dataset.rename_column("text", data_args.text_column) if data_args.text_column != "text" else dataset
         source = f"train_file '{path}'"
     else:
         dataset = load_dataset(data_args.dataset_name, data_args.dataset_config_name, split=data_args.dataset_split)
         source = f"dataset '{data_args.dataset_name}'"
+    if text_columns == ("text",) and data_args.text_column != "text" and data_args.text_column in dataset.column_names:
+        dataset = dataset.rename_column(data_args.text_column, "text")
     missing = [c for c in text_columns if c not in dataset.column_names]
     if missing:
         raise ValueError(f"{source} has no column(s) {missing}; it has {dataset.column_names}.")

@@ -105,6 +105,27 @@ def load_sts_task(data_dir: str | os.PathLike | None, task: str, split: str = "t
     raise ValueError(f"Unknown STS task '{task}'. Choose from: {', '.join(STS_TASKS)}.")
 
 
+def unlabeled_sts_sentences(data_dir: str | os.PathLike | None, which: str) -> list[str]:
+    """Distinct sentences of STS data used as unlabeled training text (gold scores are not read for training).
+
+    `stsb`: STS-B train+dev+test (SG-BERT). `all`: every subset/split of the 7 STS tasks (ConSERT).
+    """
+    splits = ("train", "dev", "test")
+    if which == "stsb":
+        parts = [load_sts_task(data_dir, "STSBenchmark", split) for split in splits]
+    elif which == "all":
+        parts = [load_sts_task(data_dir, task) for task in STS_TASKS[:5]]
+        parts += [load_sts_task(data_dir, task, split) for task in STS_TASKS[5:] for split in splits]
+    else:
+        raise ValueError(f"unlabeled_sts must be 'stsb' or 'all', got '{which}'.")
+    unique: dict[str, None] = {}
+    for subsets in parts:
+        for pairs in subsets.values():
+            unique.update(dict.fromkeys(pairs.sentences1))
+            unique.update(dict.fromkeys(pairs.sentences2))
+    return list(unique)
+
+
 def _concat(parts: list[STSPairs]) -> STSPairs:
     return STSPairs(
         [s for p in parts for s in p.sentences1],

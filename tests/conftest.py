@@ -1,0 +1,60 @@
+"""Shared fixtures: offline environment, tiny random BERT/RoBERTa directories, a tiny SentEval layout."""
+
+import os
+import tempfile
+
+# Offline, before anything imports huggingface_hub / transformers / datasets.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ["TOKENIZERS_PARALLELISM"] = "false"
+os.environ.setdefault("HF_DATASETS_CACHE", tempfile.mkdtemp(prefix="hf_sentcl_tests_datasets_"))
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from helpers import build_tiny_bert, build_tiny_roberta, write_full_senteval  # noqa: E402
+
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+REAL_DATA = os.environ.get("HF_SENTCL_DATA")
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory) -> Path:
+    """A saved 2-layer random BERT (vocab = toy WordPiece) plus its tokenizer."""
+    return build_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
+
+
+@pytest.fixture(scope="session")
+def tiny_roberta_dir(tmp_path_factory) -> Path:
+    """A saved 2-layer random RoBERTa plus a tiny byte-level BPE tokenizer."""
+    return build_tiny_roberta(tmp_path_factory.mktemp("tiny-roberta"))
+
+
+@pytest.fixture(params=["bert", "roberta"])
+def tiny_backbone_dir(request) -> Path:
+    """Each test using this runs once on tiny BERT and once on tiny RoBERTa."""
+    return request.getfixturevalue(f"tiny_{request.param}_dir")
+
+
+@pytest.fixture(scope="session")
+def senteval_dir(tmp_path_factory) -> Path:
+    """A small SentEval-format directory holding all 7 STS tasks (read-only for tests)."""
+    return write_full_senteval(tmp_path_factory.mktemp("senteval"))
+
+
+@pytest.fixture(scope="session")
+def real_data_dir() -> Path:
+    """The real SentEval directory from HF_SENTCL_DATA; tests needing it are skipped without it."""
+    if not REAL_DATA or not Path(REAL_DATA).is_dir():
+        pytest.skip("HF_SENTCL_DATA is not set to the SentEval data directory")
+    return Path(REAL_DATA)
