@@ -60,6 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
     overrides = {k: v for k, v in (("pooling", args.pooling), ("pooling_layer", args.pooling_layer)) if v is not None}
+    if args.pooling is not None:  # the pooling asked for is the one evaluated, whatever the encoder saved for eval
+        overrides["inference_pooling"] = None
     encoder = SentenceEncoder.load(args.model, **overrides)
     import torch
 

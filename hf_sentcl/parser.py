@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import os
+import re
 import types
 import typing
 from collections.abc import Sequence
@@ -27,6 +28,26 @@ class RecipeError(ValueError):
     """A recipe or command-line override that cannot be used; the message names the key at fault."""
 
 
+class _RecipeLoader(yaml.SafeLoader):
+    """YAML with 1.2 booleans: only true/false are booleans, so `eval_strategy: no` stays the string 'no'.
+
+    Boolean fields still accept yes/no/on/off: `coerce` converts those strings.
+    """
+
+
+_RecipeLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_RecipeLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+
+
+def _load_yaml_text(text: str) -> Any:
+    return yaml.load(text, Loader=_RecipeLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 @dataclasses.dataclass
 class Recipe:
     """A parsed recipe: the method name and one instance of each argument dataclass."""
@@ -36,6 +57,8 @@ class Recipe:
     data: DataArguments
     training: Any  # the method's SentCLTrainingArguments subclass
     source: str | None = None
+    #: keys the recipe file, the command line or the caller set (the rest are dataclass defaults)
+    explicit_keys: frozenset[str] = frozenset()
 
 
 def _type_name(hint: Any) -> str:
@@ -115,7 +138,7 @@ def _try_convert(value: Any, option: Any) -> Any:
         if isinstance(value, dict):
             return value
         if isinstance(value, str):
-            loaded = yaml.safe_load(value)
+            loaded = _load_yaml_text(value)
             return loaded if isinstance(loaded, dict) else _FAIL
         return _FAIL
     return value if isinstance(origin, type) and isinstance(value, origin) else _FAIL
@@ -132,7 +155,7 @@ def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
     if not path.is_file():
         raise RecipeError(f"Recipe file '{path}' does not exist.")
     try:
-        content = yaml.safe_load(path.read_text()) or {}
+        content = _load_yaml_text(path.read_text()) or {}
     except yaml.YAMLError as err:
         raise RecipeError(f"{path}: not valid YAML ({err}).") from err
     if not isinstance(content, dict):
@@ -159,7 +182,7 @@ def parse_cli_overrides(argv: Sequence[str]) -> dict[str, Any]:
                 i += 1
             else:
                 value = "true"
-        overrides[key] = yaml.safe_load(value) if value != "" else None
+        overrides[key] = _load_yaml_text(value) if value != "" else None
         i += 1
     return overrides
 
@@ -205,4 +228,4 @@ def parse_recipe(recipe_path: str | os.PathLike | None, argv: Sequence[str] = ()
         except (ValueError, TypeError) as err:
             raise RecipeError(f"{where}: {err}") from err
     return Recipe(method=str(method), model=built["model"], data=built["data"], training=built["training"],
-                  source=where)
+                  source=where, explicit_keys=frozenset(values))

@@ -146,7 +146,12 @@ class SentenceEncoder(PreTrainedModel):
     def max_seq_length(self) -> int:
         if self.config.max_seq_length:
             return self.config.max_seq_length
-        limits = [MAX_DEFAULT_SEQ_LENGTH, getattr(self.config.backbone_config, "max_position_embeddings", 10**6)]
+        positions = getattr(self.config.backbone_config, "max_position_embeddings", 10**6)
+        # RoBERTa-style embeddings number positions from padding_idx + 1, so that many rows are never usable.
+        padding_idx = getattr(getattr(self.backbone, "embeddings", None), "padding_idx", None)
+        if isinstance(padding_idx, int):
+            positions -= padding_idx + 1
+        limits = [MAX_DEFAULT_SEQ_LENGTH, positions]
         if self.tokenizer is not None:
             limits.append(self.tokenizer.model_max_length)
         return min(limits)
