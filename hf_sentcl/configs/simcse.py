@@ -5,11 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hf_sentcl.configs.arguments import SentCLTrainingArguments
+from hf_sentcl.configs.perturbation import PerturbationArguments
 
 
 @dataclass
-class SimCSEConfig(SentCLTrainingArguments):
-    """Unsupervised SimCSE: each sentence twice in one forward pass; dropout makes the two views."""
+class SimCSEConfig(PerturbationArguments, SentCLTrainingArguments):
+    """Unsupervised SimCSE: each sentence twice in one forward pass; dropout makes the two views.
+
+    The IFM/BYOP margin knobs (`perturbation`, `margin`, `margin_type`, `detach_margin`, `multi_task`) come from
+    `PerturbationArguments`.
+    """
 
     temperature: float = field(default=0.05, metadata={"help": "Softmax temperature tau of InfoNCE."})
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -204,19 +205,28 @@ class STSEvaluator:
 
     def __call__(self, encoder, batch_size: int = 128, bf16: bool = False) -> dict[str, float]:
         """Return {task: Spearman x 100, ..., 'Avg': mean over tasks}. `encoder` needs `encode(list) -> array`."""
-        sentences = self.sentences()
-        embeddings = np.asarray(encoder.encode(sentences, batch_size=batch_size, bf16=bf16))
-        index = {s: i for i, s in enumerate(sentences)}
+        return self.score(self.embed(encoder, batch_size=batch_size, bf16=bf16))
+
+    @cached_property
+    def sentence_index(self) -> dict[str, int]:
+        """Row of each sentence in the output of `embed`."""
+        return {s: i for i, s in enumerate(self.sentences())}
+
+    def embed(self, encoder, batch_size: int = 128, bf16: bool = False) -> np.ndarray:
+        """One encode pass over `sentences()`; row i embeds sentence i. Reusable by `score` and other metrics."""
+        return np.asarray(encoder.encode(self.sentences(), batch_size=batch_size, bf16=bf16))
+
+    def pair_embeddings(self, embeddings: np.ndarray, pairs: STSPairs) -> tuple[np.ndarray, np.ndarray]:
+        """The rows of `embeddings` (from `embed`) for the first and second sentences of `pairs`."""
+        index = self.sentence_index
+        return embeddings[[index[s] for s in pairs.sentences1]], embeddings[[index[s] for s in pairs.sentences2]]
+
+    def score(self, embeddings: np.ndarray) -> dict[str, float]:
+        """Spearman x 100 per task (and 'Avg') from the output of `embed`."""
         results: dict[str, float] = {}
         for task, subsets in self.data.items():
             per_subset = {
-                name: (
-                    pairs.scores,
-                    cosine_rows(
-                        embeddings[[index[s] for s in pairs.sentences1]],
-                        embeddings[[index[s] for s in pairs.sentences2]],
-                    ),
-                )
+                name: (pairs.scores, cosine_rows(*self.pair_embeddings(embeddings, pairs)))
                 for name, pairs in subsets.items()
             }
             results[task] = combine_subsets(per_subset, self.mode)

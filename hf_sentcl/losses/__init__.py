@@ -1,5 +1,18 @@
 """Contrastive losses as pure functions of embedding tensors, so tests can check them by hand."""
 
 from hf_sentcl.losses.info_nce import cosine_logits, info_nce
+from hf_sentcl.losses.margin import margin_cross_entropy, margin_info_nce, parse_perturbation
+from hf_sentcl.losses.self_guided import parameter_distance, sg_loss, sg_opt1_loss, sg_opt2_loss, sg_opt_loss
 
-__all__ = ["cosine_logits", "info_nce"]
+__all__ = [
+    "cosine_logits",
+    "info_nce",
+    "margin_cross_entropy",
+    "margin_info_nce",
+    "parameter_distance",
+    "parse_perturbation",
+    "sg_loss",
+    "sg_opt1_loss",
+    "sg_opt2_loss",
+    "sg_opt_loss",
+]

@@ -10,10 +10,12 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 
+import numpy as np
 import torch
 from transformers import Trainer
 
 from hf_sentcl.distributed import gather_with_grad, world_size
+from hf_sentcl.evaluation.alignment import sts_alignment_uniformity
 from hf_sentcl.evaluation.sts import STSEvaluator
 
 
@@ -93,21 +95,26 @@ class ContrastiveTrainer(Trainer):
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
-        """STS-B dev Spearman x 100 of the current encoder as `{prefix}_stsb_spearman`."""
+        """STS-B dev Spearman x 100 of the current encoder as `{prefix}_stsb_spearman`, plus `extra_dev_metrics`
+        (alignment and uniformity for every method) computed from the same single encode pass."""
         if self.dev_evaluator is None:
             return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
         start = time.time()
         encoder = self.accelerator.unwrap_model(self.model)
-        scores = self.dev_evaluator(
+        embeddings = self.dev_evaluator.embed(
             encoder, batch_size=self.args.per_device_eval_batch_size, bf16=self.args.bf16 or self.args.fp16
         )
+        scores = self.dev_evaluator.score(embeddings)
         metrics = {f"{metric_key_prefix}_stsb_spearman": scores["STSBenchmark"]}
-        metrics.update(self.extra_dev_metrics(encoder, metric_key_prefix))
+        metrics.update(self.extra_dev_metrics(encoder, metric_key_prefix, embeddings))
         metrics[f"{metric_key_prefix}_runtime"] = round(time.time() - start, 4)
         self.log(metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
         return metrics
 
-    def extra_dev_metrics(self, encoder, prefix: str) -> dict[str, float]:
-        """Hook for methods that report more at evaluation time (alignment/uniformity, ...)."""
-        return {}
+    def extra_dev_metrics(self, encoder, prefix: str, embeddings: np.ndarray) -> dict[str, float]:
+        """More dev metrics from `embeddings` (`dev_evaluator.embed` output). The base reports STS-B dev alignment
+        and uniformity (Wang & Isola 2020) as `{prefix}_alignment` / `{prefix}_uniformity`; a method adding
+        its own metrics overrides this and merges `super().extra_dev_metrics(...)`."""
+        values = sts_alignment_uniformity(self.dev_evaluator, embeddings)
+        return {f"{prefix}_{name}": value for name, value in values.items()}

@@ -64,3 +64,12 @@ register_method(
         summary="Supervised SimCSE on (anchor, entailment[, contradiction]) pairs or triplets.",
     )
 )
+register_method(
+    MethodSpec(
+        name="self_guided",
+        config_path="hf_sentcl.configs.self_guided.SelfGuidedConfig",
+        trainer_path="hf_sentcl.trainers.self_guided.SelfGuidedTrainer",
+        text_columns=("text",),
+        summary="Self-guided contrastive learning, SG / SG-OPT: [CLS] vs. a frozen copy's layer views (Kim et al. 2021).",
+    )
+)

@@ -1,10 +1,10 @@
-"""SimCSE trainers (Gao et al. 2021)."""
+"""SimCSE trainers (Gao et al. 2021), with the optional IFM/BYOP margin perturbation of their InfoNCE."""
 
 from __future__ import annotations
 
 import torch
 
-from hf_sentcl.losses import info_nce
+from hf_sentcl.losses import margin_info_nce
 from hf_sentcl.trainers.base import ContrastiveTrainer
 
 
@@ -14,7 +14,8 @@ class SimCSETrainer(ContrastiveTrainer):
     dropout_copies = 2
 
     def contrastive_loss(self, views: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        loss = info_nce(views[0], views[1], self.args.temperature)
+        # perturbation unset -> exactly info_nce
+        loss = margin_info_nce(views[0], views[1], self.args.temperature, **self.args.margin_loss_kwargs())
         return loss, {}
 
 
@@ -25,5 +26,8 @@ class SupervisedSimCSETrainer(ContrastiveTrainer):
 
     def contrastive_loss(self, views: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         hard = views[2] if views.shape[0] > 2 else None
-        loss = info_nce(views[0], views[1], self.args.temperature, hard, self.args.hard_negative_weight)
+        loss = margin_info_nce(
+            views[0], views[1], self.args.temperature, hard_negatives=hard,
+            hard_negative_weight=self.args.hard_negative_weight, **self.args.margin_loss_kwargs(),
+        )
         return loss, {}

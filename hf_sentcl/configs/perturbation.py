@@ -1,0 +1,89 @@
+"""IFM/BYOP margin knobs as a dataclass mixin, for any method whose loss is an in-batch InfoNCE.
+
+A method's config inherits it before `SentCLTrainingArguments` (`class XConfig(PerturbationArguments,
+SentCLTrainingArguments)`), and its trainer passes `args.margin_loss_kwargs()` to `margin_info_nce` (or to
+`margin_cross_entropy` for a loss written as a similarity matrix).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hf_sentcl.losses.margin import parse_perturbation, warn_if_identity
+
+MARGIN_TYPES = ("constant", "dynamic")
+
+
+@dataclass
+class PerturbationArguments:
+    """Margin perturbation of the InfoNCE logits (BYOP Eq. 3; IFM = 'p-n+')."""
+
+    perturbation: str | None = field(
+        default=None,
+        metadata={
+            "help": "Margin perturbation of the logits: terms p+, p-, n+, n- ('p' positive, 'n' every negative; "
+            "'+' adds the margin to the cosine similarity before /temperature, '-' subtracts it), e.g. 'p+n-' "
+            "(BYOP) or 'p-n+' (IFM). Unset = plain InfoNCE."
+        },
+    )
+    margin: float = field(
+        default=0.0, metadata={"help": "Constant margin m in cosine units (BYOP-C, IFM; the paper's grid 0.01-0.1)."}
+    )
+    margin_type: str = field(
+        default="constant",
+        metadata={"help": "'constant' (BYOP-C, IFM) or 'dynamic': m_i = sim(z_i, z'_i) / (N - 1) (BYOP-D)."},
+    )
+    detach_margin: bool = field(
+        default=True,
+        metadata={"help": "Dynamic margin only: no gradient through m_i, so it acts as a per-row constant shift."},
+    )
+    multi_task: bool = field(
+        default=False, metadata={"help": "Loss 0.5 * (plain + perturbed): IFM's Eq. 3 and BYOP's '-M' variants."}
+    )
+
+    def __post_init__(self):
+        parent = getattr(super(), "__post_init__", None)
+        if parent is not None:
+            parent()
+        self.validate_perturbation()
+
+    def validate_perturbation(self) -> None:
+        """Check the knobs together; errors name the key at fault."""
+        if self.margin_type not in MARGIN_TYPES:
+            raise ValueError(f"margin_type must be one of {', '.join(MARGIN_TYPES)}, got '{self.margin_type}'.")
+        if self.margin < 0:
+            raise ValueError(f"margin must be >= 0 (the sign comes from 'perturbation'), got {self.margin}.")
+        if self.perturbation is None:
+            if self.margin or self.margin_type == "dynamic" or self.multi_task:
+                raise ValueError(
+                    "margin / margin_type: dynamic / multi_task have no effect without 'perturbation'; "
+                    "set perturbation (e.g. 'p+n-') or drop them."
+                )
+            return
+        try:
+            spec = parse_perturbation(self.perturbation)
+        except ValueError as err:
+            raise ValueError(f"key 'perturbation': {err}") from None
+        self.perturbation = spec.spec
+        if self.margin_type == "dynamic" and self.margin:
+            raise ValueError(
+                f"margin={self.margin} is unused with margin_type: dynamic (m_i comes from the positive "
+                "similarity); remove 'margin' or use margin_type: constant."
+            )
+        if self.margin_type == "constant" and not self.margin:
+            raise ValueError(
+                f"perturbation '{spec.spec}' with margin 0 is plain InfoNCE; set 'margin' (e.g. 0.01-0.1) "
+                "or margin_type: dynamic."
+            )
+        warn_if_identity(spec)
+
+    def margin_loss_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for `margin_info_nce` / `margin_cross_entropy` (perturbation None = plain InfoNCE)."""
+        return {
+            "perturbation": self.perturbation,
+            "margin": self.margin,
+            "dynamic": self.margin_type == "dynamic",
+            "multi_task": self.multi_task,
+            "detach_margin": self.detach_margin,
+        }

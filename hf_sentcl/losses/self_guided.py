@@ -1,0 +1,129 @@
+"""Self-guided contrastive losses (Kim et al. 2021, "Self-Guided Contrastive Learning for BERT Sentence
+Representations", section 3) and the parameter-distance regularizer.
+
+Every loss takes vectors that have already gone through the projection head f: `c` (b, d) are the projected
+sentence vectors f(c_i) of the tuned encoder, `h` the projected views f(h_{i,k}) of the frozen copy. phi(u, v) is
+exp(cos(u, v) / tau). Similarities and the log-sum-exp run in fp32 with autocast off.
+
+- `sg_loss`       L_base: NT-Xent over the 2b vectors {c_i} U {h_i} (one sampled view per sentence), c_i <-> h_i
+                  paired, every other vector a negative, mean over the 2b terms.
+- `sg_opt1_loss`  L_opt1 (Table 5 ablation): anchors c_i only; negatives c_j (j != i) and h_j (j != i).
+- `sg_opt2_loss`  L_opt2 (Table 5 ablation): anchors c_i only; negatives h_j (j != i).
+- `sg_opt_loss`   L_opt (SG-OPT, "opt3"): h has every view, (b, l+1, d); each (i, k) is a term with positive
+                  h_{i,k} and negatives h_{m,n} for all m != i and all layers n (other views of sentence i are not
+                  negatives), mean over the b(l+1) terms.
+- `parameter_distance`  L_reg = sum over shared parameters of ||theta_T - theta_F||^2.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from hf_sentcl.losses.info_nce import cosine_logits, info_nce
+
+
+def _check_pair(c: torch.Tensor, h: torch.Tensor) -> None:
+    if c.dim() != 2 or c.shape != h.shape:
+        raise ValueError(f"c and h must both have shape (b, d), got {tuple(c.shape)} and {tuple(h.shape)}.")
+
+
+def sg_loss(c: torch.Tensor, h: torch.Tensor, temperature: float) -> torch.Tensor:
+    """L_base (SG): NT-Xent over X = {c_i} U {h_i}; x_m's positive is its partner mu(x_m), the other 2b - 2
+    vectors are its negatives, and the 2b cross-entropy terms are averaged."""
+    _check_pair(c, h)
+    b = c.shape[0]
+    x = torch.cat([c, h], dim=0)
+    logits = cosine_logits(x, x, temperature)
+    with torch.autocast(device_type=c.device.type, enabled=False):
+        logits = logits.masked_fill(torch.eye(2 * b, dtype=torch.bool, device=c.device), float("-inf"))
+        partner = torch.cat([torch.arange(b, 2 * b), torch.arange(0, b)]).to(c.device)
+        return F.cross_entropy(logits, partner)
+
+
+def sg_opt1_loss(c: torch.Tensor, h: torch.Tensor, temperature: float) -> torch.Tensor:
+    """L_opt1: -log phi(c_i, h_i) / (sum_{j != i} phi(c_i, c_j) + sum_j phi(c_i, h_j)), mean over the b anchors c_i.
+
+    Views are no longer anchors (factor (4), h_i <-> h_j, disappears)."""
+    _check_pair(c, h)
+    b = c.shape[0]
+    to_views = cosine_logits(c, h, temperature)
+    to_sentences = cosine_logits(c, c, temperature)
+    with torch.autocast(device_type=c.device.type, enabled=False):
+        to_sentences = to_sentences.masked_fill(torch.eye(b, dtype=torch.bool, device=c.device), float("-inf"))
+        logits = torch.cat([to_views, to_sentences], dim=1)
+        return F.cross_entropy(logits, torch.arange(b, device=c.device))
+
+
+def sg_opt2_loss(c: torch.Tensor, h: torch.Tensor, temperature: float) -> torch.Tensor:
+    """L_opt2: -log phi(c_i, h_i) / sum_j phi(c_i, h_j), mean over i (L_opt1 without the c_i <-> c_j factor)."""
+    _check_pair(c, h)
+    return info_nce(c, h, temperature)
+
+
+def sg_opt_loss(c: torch.Tensor, h: torch.Tensor, temperature: float) -> torch.Tensor:
+    """L_opt (SG-OPT): for every sentence i and view k, -log phi(c_i, h_{i,k}) / (phi(c_i, h_{i,k}) +
+    sum_{m != i} sum_n phi(c_i, h_{m,n})); mean over the b * num_views terms.
+
+    Args:
+        c: (b, d) projected sentence vectors.
+        h: (b, num_views, d) projected views of every sentence (num_views = l + 1 when all layers give views).
+    """
+    if c.dim() != 2 or h.dim() != 3 or h.shape[0] != c.shape[0] or h.shape[2] != c.shape[1]:
+        raise ValueError(f"expected c (b, d) and h (b, views, d), got {tuple(c.shape)} and {tuple(h.shape)}.")
+    b, views, _ = h.shape
+    logits = cosine_logits(c, h.reshape(b * views, -1), temperature).view(b, b, views)
+    with torch.autocast(device_type=c.device.type, enabled=False):
+        own = torch.eye(b, dtype=torch.bool, device=c.device)
+        positives = logits[own]  # (b, views): logit of c_i against its own views h_{i,k}
+        # The negatives are the same for every view k of sentence i: all views of every other sentence.
+        negatives = logits.masked_fill(own.unsqueeze(-1), float("-inf")).reshape(b, b * views)
+        negative_lse = torch.logsumexp(negatives, dim=1, keepdim=True)  # (b, 1)
+        return (torch.logaddexp(positives, negative_lse) - positives).mean()
+
+
+class _SquaredDistance(torch.autograd.Function):
+    """sum_i ||tuned_i - frozen_i||^2 that keeps no differences for backward: the gradient 2 (tuned_i - frozen_i)
+    is recomputed from the parameters themselves, so the regularizer costs no activation memory (for BERT-base
+    the differences would be another 85M floats)."""
+
+    @staticmethod
+    def forward(ctx, count: int, *tensors: torch.Tensor) -> torch.Tensor:
+        ctx.count = count
+        ctx.save_for_backward(*tensors)
+        dtype = torch.promote_types(tensors[0].dtype, torch.float32)  # fp32, or fp64 for fp64 inputs
+        total = torch.zeros((), dtype=dtype, device=tensors[0].device)
+        for tuned, frozen in zip(tensors[:count], tensors[count:]):
+            total += (tuned.to(dtype) - frozen.to(dtype)).pow(2).sum()
+        return total
+
+    @staticmethod
+    def backward(ctx, grad_output: torch.Tensor):
+        tensors, count = ctx.saved_tensors, ctx.count
+        grads = [
+            (2 * grad_output * (tuned - frozen.to(tuned.dtype))).to(tuned.dtype) if needs_grad else None
+            for tuned, frozen, needs_grad in zip(tensors[:count], tensors[count:], ctx.needs_input_grad[1 : 1 + count])
+        ]
+        return (None, *grads, *([None] * count))
+
+
+def parameter_distance(tuned: nn.Module, frozen: nn.Module, trainable_only: bool = True) -> torch.Tensor:
+    """L_reg = sum over the parameters both modules share (by name and shape) of ||theta_tuned - theta_frozen||^2.
+
+    Gradient flows into `tuned` only, and no per-parameter difference is kept for backward. With `trainable_only`
+    (the default) parameters that `tuned` does not train are skipped: they still equal the frozen copy's, so their
+    terms are exactly zero and computing them (the embedding matrix, for SG's frozen layer 0) would only cost
+    time. The sum is accumulated in fp32.
+    """
+    reference = dict(frozen.named_parameters())
+    pairs = [
+        (param, reference[name].detach())
+        for name, param in tuned.named_parameters()
+        if name in reference
+        and reference[name].shape == param.shape
+        and (param.requires_grad or not trainable_only)
+    ]
+    if not pairs:
+        return torch.zeros((), device=next(tuned.parameters()).device)
+    return _SquaredDistance.apply(len(pairs), *(p for p, _ in pairs), *(f for _, f in pairs))
