@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 from collections.abc import Sequence
@@ -23,8 +24,11 @@ from hf_sentcl.data.corpus import check_train_file
 from hf_sentcl.defaults import resolve_data_dir
 from hf_sentcl.evaluation.report import sts_markdown_table, write_results
 from hf_sentcl.evaluation.sts import STSEvaluator
+from hf_sentcl.hub import HubError, check_hub_settings
+from hf_sentcl.model_card import mteb_sts_scores, run_metadata
 from hf_sentcl.modeling import SentenceEncoder
 from hf_sentcl.parser import Recipe, RecipeError, parse_recipe
+from hf_sentcl.push import publish_run
 from hf_sentcl.trainers.registry import get_method
 
 logger = logging.getLogger("hf_sentcl")
@@ -34,7 +38,8 @@ USAGE = "usage: python -m hf_sentcl.run RECIPE.yaml [--key value ...]"
 
 def validate_recipe(recipe: Recipe) -> None:
     """Check everything that can be checked without loading a model, so bad input fails in seconds."""
-    if recipe.training.output_dir is None:
+    # TrainingArguments would quietly fall back to ./trainer_output; a run's results belong somewhere named.
+    if "output_dir" not in recipe.explicit_keys or not recipe.training.output_dir:
         raise RecipeError(f"{recipe.source}: key 'output_dir' is missing (where results and the encoder go).")
     check_train_file(recipe.data.train_file)
     sources = [k for k in ("train_file", "dataset_name", "unlabeled_sts") if getattr(recipe.data, k) is not None]
@@ -50,6 +55,10 @@ def validate_recipe(recipe: Recipe) -> None:
     path = recipe.model.model_name_or_path
     if path.startswith((".", "/", "~")) and not Path(path).expanduser().exists():
         raise RecipeError(f"{recipe.source}: model_name_or_path '{path}' does not exist.")
+    try:
+        check_hub_settings(recipe.training)
+    except HubError as err:
+        raise RecipeError(f"{recipe.source}: {err}") from None
 
 
 def build_encoder(recipe: Recipe) -> SentenceEncoder:
@@ -107,7 +116,8 @@ def run(recipe: Recipe) -> dict[str, Any]:
     dev_pairs = dev_evaluator.data["STSBenchmark"]["dev"]
     trainer = spec.trainer_class(
         model=encoder,
-        args=args,
+        # The Trainer's own push would upload output_dir with its checkpoints; publish_run pushes the export only.
+        args=dataclasses.replace(args, push_to_hub=False) if args.push_to_hub else args,
         train_dataset=train_dataset,
         eval_dataset=Dataset.from_dict(
             {"sentence1": dev_pairs.sentences1, "sentence2": dev_pairs.sentences2, "score": dev_pairs.scores}
@@ -129,12 +139,22 @@ def run(recipe: Recipe) -> dict[str, Any]:
             "global_step": trainer.state.global_step,
             "best_step": _best_step(trainer),
             "best_dev_stsb_spearman": trainer.state.best_metric,
+            # every STS-B dev evaluation: step, eval_stsb_spearman, eval_alignment, eval_uniformity, ...
+            "dev_curve": [entry for entry in trainer.state.log_history if "eval_stsb_spearman" in entry],
         },
     }
     if trainer.is_world_process_zero():
+        # Without accelerate's mixed-precision forward wrapper, so evaluation precision follows eval_bf16.
+        final_encoder = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
         if test_evaluator is not None:
-            rows["after"] = evaluate_sts(trainer.model, test_evaluator, recipe)
+            rows["after"] = evaluate_sts(final_encoder, test_evaluator, recipe)
         results["sts"] = rows
+        if "after" in rows:  # MTEB's protocol (SICK-R on all pairs) for the model card's model-index
+            results["mteb_sts"] = mteb_sts_scores(
+                final_encoder, data_dir, rows["after"], recipe.data.sts_mode,
+                recipe.training.per_device_eval_batch_size, recipe.data.eval_bf16,
+            )
+        results.update(run_metadata(recipe, final_encoder, len(train_dataset), num_views))
         table = sts_markdown_table(
             {{"before": "before training", "after": "after training"}[k]: v for k, v in rows.items()},
             recipe.data.sts_mode,
@@ -142,6 +162,7 @@ def run(recipe: Recipe) -> dict[str, Any]:
         json_path, md_path = write_results(args.output_dir, results, table)
         print("\n" + table, flush=True)
         print(f"\nResults: {json_path} and {md_path}; encoder saved to {args.output_dir}", flush=True)
+        results["export"] = publish_run(final_encoder, results, args)
     return results
 
 
@@ -164,8 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (RecipeError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    run(recipe)
-    return 0
+    results = run(recipe)
+    return 1 if "push_error" in results.get("export", {}) else 0
 
 
 if __name__ == "__main__":
