@@ -1,0 +1,128 @@
+"""Cross-process in-batch negatives: 2 gloo processes reproduce the 1-process loss and (after DDP's averaging)
+its gradients, through `gather_with_grad` + `scale_gradient` and through `ContrastiveTrainer.compute_loss`."""
+
+import types
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from hf_sentcl.distributed import gather_with_grad, world_size
+from hf_sentcl.losses import info_nce
+from hf_sentcl.trainers.base import ContrastiveTrainer, scale_gradient
+
+WORLD = 2
+LOCAL_BATCH = 3
+DIM = 5
+TEMPERATURE = 0.1
+HARD_WEIGHT = 0.3
+
+
+def full_batch():
+    """The global (z1, z2, z3) batch every process slices its part from."""
+    generator = torch.Generator().manual_seed(1234)
+    return [torch.randn(WORLD * LOCAL_BATCH, DIM, generator=generator, dtype=torch.float64) for _ in range(3)]
+
+
+def local_leaves(rank):
+    part = slice(rank * LOCAL_BATCH, (rank + 1) * LOCAL_BATCH)
+    return [z[part].clone().requires_grad_() for z in full_batch()]
+
+
+def _worker(rank, init_file, out_dir):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
+    try:
+        results = {"world_size": world_size()}
+
+        # (1) unsupervised: gather z1 and z2 separately (dim 0)
+        z1, z2, _ = local_leaves(rank)
+        loss = scale_gradient(info_nce(gather_with_grad(z1), gather_with_grad(z2), TEMPERATURE), world_size())
+        loss.backward()
+        results["unsup"] = (loss.detach(), z1.grad.clone(), z2.grad.clone())
+
+        # (2) supervised with hard negatives
+        z1, z2, z3 = local_leaves(rank)
+        gathered = [gather_with_grad(z) for z in (z1, z2, z3)]
+        loss = scale_gradient(info_nce(gathered[0], gathered[1], TEMPERATURE, gathered[2], HARD_WEIGHT), world_size())
+        loss.backward()
+        results["sup"] = (loss.detach(), z1.grad.clone(), z2.grad.clone(), z3.grad.clone())
+
+        # (3) the trainer's own path: stacked views (V, b, d) gathered along dim 1 inside compute_loss
+        z1, z2, _ = local_leaves(rank)
+        stub = types.SimpleNamespace(
+            embed_views=lambda model, inputs: torch.stack([z1, z2]),
+            contrastive_loss=lambda views: (info_nce(views[0], views[1], TEMPERATURE), {}),
+            record_metrics=lambda components: None,
+        )
+        loss = ContrastiveTrainer.compute_loss(stub, model=None, inputs={})
+        loss.backward()
+        results["trainer"] = (loss.detach(), z1.grad.clone(), z2.grad.clone())
+        torch.save(results, f"{out_dir}/rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def reference(kind):
+    """1-process loss and gradients on the concatenated batch."""
+    z1, z2, z3 = [z.clone().requires_grad_() for z in full_batch()]
+    if kind == "sup":
+        loss = info_nce(z1, z2, TEMPERATURE, z3, HARD_WEIGHT)
+    else:
+        loss = info_nce(z1, z2, TEMPERATURE)
+    loss.backward()
+    grads = (z1.grad, z2.grad, z3.grad) if kind == "sup" else (z1.grad, z2.grad)
+    return loss.detach(), grads
+
+
+@pytest.fixture(scope="module")
+def two_process_results(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("dist")
+    mp.spawn(_worker, args=(str(tmp / "init"), str(tmp)), nprocs=WORLD, join=True)
+    return [torch.load(tmp / f"rank{r}.pt") for r in range(WORLD)]
+
+
+def test_world_size_seen_by_workers(two_process_results):
+    """Inside the process group, world_size() is 2 (and 1 outside)."""
+    assert [r["world_size"] for r in two_process_results] == [WORLD, WORLD]
+    assert world_size() == 1
+
+
+@pytest.mark.parametrize("kind", ["unsup", "sup", "trainer"])
+def test_gathered_loss_equals_single_process_loss(two_process_results, kind):
+    """Every process computes the loss of the whole global batch."""
+    expected, _ = reference("sup" if kind == "sup" else "unsup")
+    for result in two_process_results:
+        torch.testing.assert_close(result[kind][0], expected, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["unsup", "sup", "trainer"])
+def test_averaged_gradients_equal_single_process_gradients(two_process_results, kind):
+    """grad on a process's own slice / world_size (what DDP's averaging produces for the parameters that made
+    the slice) equals the 1-process gradient w.r.t. that slice, for every view."""
+    _, full_grads = reference("sup" if kind == "sup" else "unsup")
+    for rank, result in enumerate(two_process_results):
+        local_grads = result[kind][1:]
+        assert len(local_grads) == len(full_grads)
+        part = slice(rank * LOCAL_BATCH, (rank + 1) * LOCAL_BATCH)
+        for local, full in zip(local_grads, full_grads):
+            assert local.abs().max() > 0
+            torch.testing.assert_close(local / WORLD, full[part], rtol=0, atol=1e-6)
+
+
+def test_scale_gradient_keeps_value_and_scales_gradient():
+    """scale_gradient(loss, k) has loss's value and k times its gradient; k=1 is the identity."""
+    x = torch.tensor([1.5, -0.5], requires_grad=True)
+    loss = (x ** 2).sum()
+    scaled = scale_gradient(loss, 3)
+    assert scaled.item() == pytest.approx(loss.item())
+    scaled.backward()
+    torch.testing.assert_close(x.grad, 3 * 2 * x.detach())
+    assert scale_gradient(loss, 1) is loss
+
+
+def test_gather_is_identity_without_process_group():
+    """Outside a process group gather_with_grad returns its input unchanged."""
+    z = torch.randn(3, 4)
+    assert gather_with_grad(z) is z

@@ -1,0 +1,187 @@
+"""Export round trip: SentenceEncoder.encode, plain AutoModel + the model card's pooling code, and
+SentenceTransformer(OUT).encode agree, on tiny BERT and RoBERTa, for every exportable pooling/head setting."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+from sentence_transformers import SentenceTransformer
+from transformers import AutoConfig, AutoModel
+
+from hf_sentcl import SentenceEncoder
+from hf_sentcl.export import ExportError, export_encoder, main, plan_export, verify_export
+from hf_sentcl.model_card import transformers_snippet
+
+from helpers import random_sentences
+
+SENTENCES = random_sentences(24, seed=3, min_words=1, max_words=14)
+ATOL = 1e-5
+
+
+def make_encoder(backbone_dir, seed: int = 0, **settings) -> SentenceEncoder:
+    """A tiny encoder whose MLP head (if any) is far from the identity, so a dropped head would show."""
+    encoder = SentenceEncoder.from_backbone(str(backbone_dir), **settings)
+    if encoder.head is not None:
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            encoder.head.dense.weight.copy_(torch.randn(encoder.head.dense.weight.shape, generator=generator))
+            encoder.head.dense.bias.copy_(torch.randn(encoder.head.dense.bias.shape, generator=generator))
+    return encoder.eval()
+
+
+def card_embed(plan, path):
+    """The `embed` function of the model card's plain-transformers snippet, run against `path`."""
+    namespace: dict = {}
+    exec(compile(transformers_snippet(plan, str(path)), "<model card snippet>", "exec"), namespace)
+    return lambda sentences: namespace["embed"](sentences).numpy()
+
+
+def assert_three_ways_agree(encoder, path, plan):
+    reference = encoder.encode(SENTENCES, batch_size=7)
+    via_automodel = card_embed(plan, path)(SENTENCES)
+    via_st = SentenceTransformer(str(path), device="cpu").encode(SENTENCES, batch_size=5)
+    np.testing.assert_allclose(via_automodel, reference, atol=ATOL, rtol=0)
+    np.testing.assert_allclose(via_st, reference, atol=ATOL, rtol=0)
+    return reference
+
+
+ROUND_TRIP = {
+    "cls": dict(pooling="cls", head="mlp", head_at_inference=False),  # SimCSE unsup: MLP is training-only
+    "cls_mlp": dict(pooling="cls", head="mlp", head_at_inference=True),  # SimCSE sup: [CLS] + MLP at test
+    "mean": dict(pooling="mean", head="none"),
+}
+
+
+@pytest.mark.parametrize("setting", list(ROUND_TRIP))
+def test_round_trip_bert_and_roberta(tiny_backbone_dir, tmp_path, setting):
+    encoder = make_encoder(tiny_backbone_dir, **ROUND_TRIP[setting])
+    out = tmp_path / "export"
+    plan = export_encoder(encoder, out, verify=False)
+    assert_three_ways_agree(encoder, out, plan)
+
+    config = json.loads((out / "config.json").read_text())
+    backbone_class = type(encoder.backbone).__name__
+    assert config["architectures"] == [backbone_class] and config["model_type"] in ("bert", "roberta")
+    assert type(AutoModel.from_pretrained(out)).__name__ == backbone_class  # no trust_remote_code involved
+    modules = json.loads((out / "modules.json").read_text())
+    pooling = json.loads((out / "1_Pooling" / "config.json").read_text())
+    assert pooling["pooling_mode_cls_token"] == (setting != "mean")
+    assert pooling["pooling_mode_mean_tokens"] == (setting == "mean")
+    if setting == "cls_mlp":
+        # folded into the pooler for AutoModel users, and a Dense(Tanh) module for sentence-transformers
+        assert plan.head == "pooler" and [m["path"] for m in modules] == ["", "1_Pooling", "2_Dense"]
+        pooler = AutoModel.from_pretrained(out).pooler.dense
+        assert torch.equal(pooler.weight, encoder.head.dense.weight)
+        dense = load_file(out / "2_Dense" / "model.safetensors")
+        assert torch.equal(dense["linear.weight"], encoder.head.dense.weight)
+        assert json.loads((out / "2_Dense" / "config.json").read_text())["activation_function"].endswith("Tanh")
+    else:
+        # training-only head left out: no Dense module, the backbone's own pooler untouched
+        assert plan.head == "none" and [m["path"] for m in modules] == ["", "1_Pooling"]
+        original = AutoModel.from_pretrained(str(tiny_backbone_dir)).pooler.dense.weight
+        assert torch.equal(AutoModel.from_pretrained(out).pooler.dense.weight, original)
+
+
+def test_head_matters_in_cls_mlp_export(tiny_bert_dir, tmp_path):
+    """The folded head is really applied: the exported vectors differ from the raw [CLS] vectors."""
+    encoder = make_encoder(tiny_bert_dir, pooling="cls", head="mlp", head_at_inference=True)
+    plan = export_encoder(encoder, tmp_path / "out", verify=False)
+    with_head = card_embed(plan, tmp_path / "out")(SENTENCES)
+    encoder.config.head_at_inference = False
+    assert not np.allclose(with_head, encoder.encode(SENTENCES), atol=1e-3)
+
+
+EXTRA = {
+    "mean_layer1": (dict(pooling="mean", pooling_layer=1), 1, "none"),
+    "cls_layer0_embeddings": (dict(pooling="cls", pooling_layer=0), 0, "none"),
+    "max": (dict(pooling="max"), 2, "none"),
+    "last2_avg": (dict(pooling="cls", inference_pooling="last2_avg"), 2, "none"),
+    "first_last_avg_mlp": (dict(pooling="first_last_avg", head="mlp", head_at_inference=True), 2, "dense"),
+    "mean_mlp": (dict(pooling="mean", head="mlp", head_at_inference=True), 2, "dense"),
+    "cls_mlp_layer1": (dict(pooling="cls", pooling_layer=1, head="mlp", head_at_inference=True), 1, "pooler"),
+}
+
+
+@pytest.mark.parametrize("setting", list(EXTRA))
+def test_round_trip_other_poolings(tiny_bert_dir, tmp_path, setting):
+    """pooling_layer truncates the backbone; layer averages use WeightedLayerPooling; other heads a Dense module."""
+    settings, kept_layers, head = EXTRA[setting]
+    encoder = make_encoder(tiny_bert_dir, **settings)
+    plan = export_encoder(encoder, tmp_path / "out", verify=False)
+    assert (plan.kept_layers, plan.head) == (kept_layers, head)
+    assert AutoConfig.from_pretrained(tmp_path / "out").num_hidden_layers == kept_layers
+    assert_three_ways_agree(encoder, tmp_path / "out", plan)
+
+
+def test_export_verifies_itself_and_drops_trainer_modules(tiny_bert_dir, tmp_path):
+    """Modules a trainer attaches to the encoder (SG's projection head) are not exported; verify=True passes."""
+    encoder = make_encoder(tiny_bert_dir, pooling="mean", head="mlp", head_at_inference=True)
+    encoder.add_module("sg_projection", torch.nn.Linear(32, 64))
+    export_encoder(encoder, tmp_path / "ok")  # verify=True by default
+    stored = load_file(tmp_path / "ok" / "model.safetensors")
+    assert not any("sg_projection" in key or key.startswith("head.") for key in stored)
+    bad = make_encoder(tiny_bert_dir, pooling="mean")
+    plan = export_encoder(bad, tmp_path / "bad", verify=False)
+    with torch.no_grad():
+        bad.backbone.encoder.layer[-1].output.dense.weight.mul_(-1)  # the folder no longer matches the encoder
+    with pytest.raises(ExportError, match="does not reproduce"):
+        verify_export(bad, tmp_path / "bad", plan)
+
+
+def test_verification_ignores_mixed_precision_wrapper(tiny_bert_dir, tmp_path):
+    """After bf16 training, accelerate leaves an autocast wrapper on the model's forward; the export's self-check
+    compares with a clean fp32 copy, so it neither fails nor hides a real mismatch."""
+    from types import MethodType
+
+    encoder = make_encoder(tiny_bert_dir, pooling="cls", head="mlp", head_at_inference=True)
+    clean = encoder.encode(SENTENCES)
+    encoder._original_forward = encoder.forward
+    encoder.forward = MethodType(torch.autocast("cpu", dtype=torch.bfloat16)(type(encoder).forward), encoder)
+    assert np.abs(encoder.encode(SENTENCES) - clean).max() > 1e-4  # the wrapper really changes encode
+    plan = export_encoder(encoder, tmp_path / "out")  # verify=True
+    np.testing.assert_allclose(card_embed(plan, tmp_path / "out")(SENTENCES), clean, atol=ATOL, rtol=0)
+
+
+def test_unexportable_head_is_refused(tiny_bert_dir, tmp_path):
+    encoder = make_encoder(tiny_bert_dir, pooling="cls", head="mlp", head_at_inference=True)
+    encoder.head = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.GELU())
+    with pytest.raises(ExportError, match="head_at_inference"):
+        plan_export(encoder)
+
+
+def test_export_folder_safety(tiny_bert_dir, tmp_path):
+    encoder = make_encoder(tiny_bert_dir, pooling="cls", head="mlp", head_at_inference=True)
+    out = tmp_path / "out"
+    export_encoder(encoder, out, verify=False)
+    with pytest.raises(ExportError, match="--overwrite"):
+        export_encoder(encoder, out, verify=False)
+    encoder.config.head_at_inference = False
+    export_encoder(encoder, out, overwrite=True, verify=False)
+    assert not (out / "2_Dense").exists()  # no stale module from the earlier export
+    other = tmp_path / "not_an_export"
+    other.mkdir()
+    (other / "notes.txt").write_text("keep me")
+    with pytest.raises(ExportError, match="Refusing"):
+        export_encoder(encoder, other, overwrite=True, verify=False)
+    assert (other / "notes.txt").read_text() == "keep me"
+
+
+def test_cli_exports_checkpoint_with_card(tiny_bert_dir, tmp_path, capsys):
+    encoder = make_encoder(tiny_bert_dir, pooling="cls", head="mlp", head_at_inference=True)
+    checkpoint = tmp_path / "run"
+    encoder.save_pretrained(checkpoint)
+    (checkpoint / "results.json").write_text(json.dumps({"method": "simcse_sup", "sts_mode": "all"}))
+    assert main([str(checkpoint), str(tmp_path / "out"), "--repo-id", "me/tiny"]) == 0
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "simcse_sup" in card and 'model_id = "me/tiny"' in card
+    assert np.allclose(
+        SentenceTransformer(str(tmp_path / "out"), device="cpu").encode(SENTENCES), encoder.encode(SENTENCES), atol=ATOL
+    )
+
+
+def test_cli_rejects_plain_backbone(tiny_bert_dir, tmp_path, capsys):
+    assert main([str(tiny_bert_dir), str(tmp_path / "out")]) == 2
+    assert "not a saved SentenceEncoder" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,224 @@
+"""Recipe parsing: YAML -> dataclasses -> CLI overrides, with errors that name the key at fault."""
+
+from pathlib import Path
+
+import pytest
+
+from hf_sentcl.configs import DataArguments, ModelArguments, SimCSEConfig, SupervisedSimCSEConfig
+from hf_sentcl.parser import RecipeError, parse_recipe
+from hf_sentcl.trainers.registry import METHODS
+
+RECIPES = sorted((Path(__file__).resolve().parents[1] / "recipes").glob("*.yaml"))
+
+
+def write(tmp_path: Path, text: str, name: str = "recipe.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_recipes_directory_is_not_empty():
+    """The glob below really finds recipes (so the parametrised test cannot pass vacuously)."""
+    assert any(p.name == "quickstart.yaml" for p in RECIPES)
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=[p.stem for p in RECIPES])
+def test_every_recipe_parses(recipe, monkeypatch, tmp_path):
+    """Every recipe in recipes/ parses into the registered method's config with the values it writes."""
+    monkeypatch.setenv("HF_SENTCL_DATA", str(tmp_path / "senteval"))
+    parsed = parse_recipe(recipe)
+    assert parsed.method in METHODS
+    assert isinstance(parsed.model, ModelArguments)
+    assert isinstance(parsed.data, DataArguments)
+    assert type(parsed.training) is METHODS[parsed.method].config_class
+    assert isinstance(parsed.training.learning_rate, float) and parsed.training.learning_rate > 0
+    assert isinstance(parsed.training.per_device_train_batch_size, int)
+    assert parsed.training.output_dir
+    # ${HF_SENTCL_DATA} is expanded
+    if parsed.data.train_file is not None:
+        assert "${" not in parsed.data.train_file
+
+
+def test_quickstart_values_and_expansion(monkeypatch, tmp_path, repo_root):
+    """quickstart.yaml: YAML's `3.0e-5` is a float, `${HF_SENTCL_DATA}` is expanded, bf16/head values kept."""
+    monkeypatch.setenv("HF_SENTCL_DATA", "/data/senteval")
+    recipe = parse_recipe(repo_root / "recipes" / "quickstart.yaml")
+    assert recipe.method == "simcse"
+    assert isinstance(recipe.training, SimCSEConfig)
+    assert recipe.training.learning_rate == pytest.approx(3e-5)
+    assert recipe.training.temperature == pytest.approx(0.05)
+    assert recipe.data.train_file == "/data/senteval/../wiki1m_subset.txt"
+    assert recipe.model.head == "mlp" and recipe.model.head_at_inference is False
+    assert recipe.training.bf16 is True
+
+
+def test_yaml_string_float_is_coerced(tmp_path):
+    """YAML reads `3e-5` (no dot) as a string; it must still become the float 3e-5."""
+    recipe = parse_recipe(write(tmp_path, "method: simcse\nlearning_rate: 3e-5\ntemperature: 5e-2\n"))
+    assert type(recipe.training.learning_rate) is float
+    assert recipe.training.learning_rate == pytest.approx(3e-5)
+    assert recipe.training.temperature == pytest.approx(0.05)
+
+
+def test_unknown_key_names_key_and_suggestion(tmp_path):
+    """A misspelt key is an error naming the key and suggesting the right one."""
+    with pytest.raises(RecipeError) as err:
+        parse_recipe(write(tmp_path, "method: simcse\nlearning_rat: 1.0e-4\n"))
+    message = str(err.value)
+    assert "'learning_rat'" in message
+    assert "did you mean 'learning_rate'" in message
+
+
+def test_method_specific_key_rejected_for_other_method(tmp_path):
+    """`hard_negative_weight` belongs to simcse_sup only; in a simcse recipe it is unknown."""
+    with pytest.raises(RecipeError, match="hard_negative_weight"):
+        parse_recipe(write(tmp_path, "method: simcse\nhard_negative_weight: 1.0\n"))
+    recipe = parse_recipe(write(tmp_path, "method: simcse_sup\nhard_negative_weight: 1\n"))
+    assert isinstance(recipe.training, SupervisedSimCSEConfig)
+    assert recipe.training.hard_negative_weight == 1.0 and type(recipe.training.hard_negative_weight) is float
+
+
+@pytest.mark.parametrize(
+    "line, key",
+    [
+        ("learning_rate: fast", "learning_rate"),
+        ("per_device_train_batch_size: 2.5", "per_device_train_batch_size"),
+        ("bf16: maybe", "bf16"),
+        ("seed: [1, 2]", "seed"),
+        ("learning_rate:", "learning_rate"),
+    ],
+)
+def test_wrong_type_names_key(tmp_path, line, key):
+    """A value of the wrong type (or an empty value for a required type) is an error naming the key."""
+    with pytest.raises(RecipeError) as err:
+        parse_recipe(write(tmp_path, f"method: simcse\n{line}\n"))
+    assert f"'{key}'" in str(err.value)
+    assert str(tmp_path / "recipe.yaml") in str(err.value)
+
+
+def test_cli_overrides_take_effect_with_python_types(tmp_path):
+    """`--learning_rate 1e-4`, bare `--bf16`, `--seed=3` override the YAML with float / bool / int values."""
+    path = write(tmp_path, "method: simcse\nlearning_rate: 3.0e-5\nseed: 42\nbf16: false\nmax_seq_length: 32\n")
+    recipe = parse_recipe(path, ["--learning_rate", "1e-4", "--bf16", "--seed=3", "--max-seq-length", "16"])
+    training = recipe.training
+    assert type(training.learning_rate) is float and training.learning_rate == pytest.approx(1e-4)
+    assert training.bf16 is True
+    assert type(training.seed) is int and training.seed == 3
+    assert recipe.data.max_seq_length == 16
+
+
+def test_cli_bool_false_and_strings(tmp_path):
+    """`--bf16 false` gives False; string keys keep their text; list keys split on commas."""
+    path = write(tmp_path, "method: simcse\nbf16: true\n")
+    recipe = parse_recipe(path, ["--bf16", "false", "--pooling", "mean", "--eval_tasks", "sts"])
+    assert recipe.training.bf16 is False
+    assert recipe.model.pooling == "mean"
+    assert recipe.data.eval_tasks == ["sts"]
+
+
+def test_strategy_no_from_yaml(tmp_path):
+    """`eval_strategy: no` / `save_strategy: no` (TrainingArguments' own spelling) are the string 'no', although
+    YAML 1.1 reads a bare `no` as False."""
+    recipe = parse_recipe(write(tmp_path, "method: simcse\neval_strategy: no\nsave_strategy: no\n"
+                                          "load_best_model_at_end: false\n"))
+    assert recipe.training.eval_strategy == "no"
+    assert recipe.training.save_strategy == "no"
+
+
+def test_strategy_no_from_cli(tmp_path):
+    """`--eval_strategy no --save_strategy no` on the command line (as in the README's override style) work."""
+    recipe = parse_recipe(write(tmp_path, "method: simcse\nload_best_model_at_end: false\n"),
+                          ["--eval_strategy", "no", "--save_strategy", "no"])
+    assert recipe.training.eval_strategy == "no"
+    assert recipe.training.save_strategy == "no"
+
+
+def test_quoted_strategy_no(tmp_path):
+    """The quoted spelling `"no"` works (the workaround while bare `no` does not)."""
+    recipe = parse_recipe(write(tmp_path, 'method: simcse\neval_strategy: "no"\nload_best_model_at_end: false\n'))
+    assert recipe.training.eval_strategy == "no"
+
+
+def test_cli_wrong_type_says_command_line(tmp_path):
+    """A bad CLI value names the key and says it came from the command line."""
+    with pytest.raises(RecipeError) as err:
+        parse_recipe(write(tmp_path, "method: simcse\n"), ["--per_device_train_batch_size", "abc"])
+    assert "command line" in str(err.value) and "'per_device_train_batch_size'" in str(err.value)
+
+
+def test_cli_unknown_key_is_error(tmp_path):
+    """Unknown keys on the command line are rejected like unknown YAML keys."""
+    with pytest.raises(RecipeError, match="'learnin_rate'"):
+        parse_recipe(write(tmp_path, "method: simcse\n"), ["--learnin_rate", "1e-4"])
+
+
+def test_cli_malformed_argument(tmp_path):
+    """A positional word where `--key` is expected is an error."""
+    with pytest.raises(RecipeError, match="expected --key value"):
+        parse_recipe(write(tmp_path, "method: simcse\n"), ["learning_rate", "1e-4"])
+
+
+def test_missing_method_lists_known_methods(tmp_path):
+    """A recipe without `method` is an error that lists the registered methods."""
+    with pytest.raises(RecipeError) as err:
+        parse_recipe(write(tmp_path, "learning_rate: 1.0e-4\n"))
+    message = str(err.value)
+    assert "'method'" in message
+    for name in METHODS:
+        assert name in message
+
+
+def test_unknown_method_lists_known_methods(tmp_path):
+    """An unknown method name is an error naming it and listing the registered methods."""
+    with pytest.raises(RecipeError) as err:
+        parse_recipe(write(tmp_path, "method: simcsf\n"))
+    message = str(err.value)
+    assert "simcsf" in message
+    for name in METHODS:
+        assert name in message
+
+
+def test_method_from_cli(tmp_path):
+    """The method can also come from the command line."""
+    recipe = parse_recipe(write(tmp_path, "learning_rate: 1.0e-4\n"), ["--method", "simcse_sup"])
+    assert recipe.method == "simcse_sup" and isinstance(recipe.training, SupervisedSimCSEConfig)
+
+
+@pytest.mark.parametrize("text, what", [("- a\n- b\n", "list"), ("just a string\n", "str")])
+def test_non_mapping_yaml(tmp_path, text, what):
+    """A YAML document that is not a mapping is a clear error naming the file and what it got."""
+    path = write(tmp_path, text)
+    with pytest.raises(RecipeError) as err:
+        parse_recipe(path)
+    assert str(path) in str(err.value) and "mapping" in str(err.value) and what in str(err.value)
+
+
+def test_nested_mapping_rejected(tmp_path):
+    """Recipes are flat: a key holding a mapping is an error naming that key."""
+    with pytest.raises(RecipeError) as err:
+        parse_recipe(write(tmp_path, "method: simcse\ntraining:\n  learning_rate: 1.0e-4\n"))
+    assert "'training'" in str(err.value) and "flat" in str(err.value)
+
+
+def test_invalid_yaml(tmp_path):
+    """Broken YAML is a RecipeError naming the file, not a raw yaml exception."""
+    path = write(tmp_path, "method: simcse\nlearning_rate: [1, 2\n")
+    with pytest.raises(RecipeError, match="not valid YAML") as err:
+        parse_recipe(path)
+    assert str(path) in str(err.value)
+
+
+def test_nonexistent_recipe_file(tmp_path):
+    """A recipe path that does not exist is an error naming the file."""
+    missing = tmp_path / "nope.yaml"
+    with pytest.raises(RecipeError) as err:
+        parse_recipe(missing)
+    assert str(missing) in str(err.value)
+
+
+def test_config_validation_becomes_recipe_error(tmp_path):
+    """A value the config itself rejects (temperature 0) surfaces as a RecipeError naming the file."""
+    path = write(tmp_path, "method: simcse\ntemperature: 0\n")
+    with pytest.raises(RecipeError, match="temperature") as err:
+        parse_recipe(path)
+    assert str(path) in str(err.value)
