@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hf_sentcl.losses.info_nce import cosine_logits, info_nce
+from hf_sentcl.losses.nt_xent import nt_xent
 
 
 def _check_pair(c: torch.Tensor, h: torch.Tensor) -> None:
@@ -33,13 +34,7 @@ def sg_loss(c: torch.Tensor, h: torch.Tensor, temperature: float) -> torch.Tenso
     """L_base (SG): NT-Xent over X = {c_i} U {h_i}; x_m's positive is its partner mu(x_m), the other 2b - 2
     vectors are its negatives, and the 2b cross-entropy terms are averaged."""
     _check_pair(c, h)
-    b = c.shape[0]
-    x = torch.cat([c, h], dim=0)
-    logits = cosine_logits(x, x, temperature)
-    with torch.autocast(device_type=c.device.type, enabled=False):
-        logits = logits.masked_fill(torch.eye(2 * b, dtype=torch.bool, device=c.device), float("-inf"))
-        partner = torch.cat([torch.arange(b, 2 * b), torch.arange(0, b)]).to(c.device)
-        return F.cross_entropy(logits, partner)
+    return nt_xent(c, h, temperature)
 
 
 def sg_opt1_loss(c: torch.Tensor, h: torch.Tensor, temperature: float) -> torch.Tensor:
