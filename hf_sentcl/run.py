@@ -42,6 +42,12 @@ def validate_recipe(recipe: Recipe) -> None:
     if "output_dir" not in recipe.explicit_keys or not recipe.training.output_dir:
         raise RecipeError(f"{recipe.source}: key 'output_dir' is missing (where results and the encoder go).")
     check_train_file(recipe.data.train_file)
+    negatives_batch = recipe.training.per_device_train_batch_size * max(recipe.training.world_size, 1)
+    if negatives_batch < 2:
+        raise RecipeError(
+            f"{recipe.source}: key 'per_device_train_batch_size' is {recipe.training.per_device_train_batch_size} "
+            f"on {recipe.training.world_size} process(es); in-batch negatives need a global batch of at least 2."
+        )
     sources = [k for k in ("train_file", "dataset_name", "unlabeled_sts") if getattr(recipe.data, k) is not None]
     if len(sources) != 1:
         raise RecipeError(
@@ -139,6 +145,7 @@ def run(recipe: Recipe) -> dict[str, Any]:
             "global_step": trainer.state.global_step,
             "best_step": _best_step(trainer),
             "best_dev_stsb_spearman": trainer.state.best_metric,
+            **trainer.training_cost(),
             # every STS-B dev evaluation: step, eval_stsb_spearman, eval_alignment, eval_uniformity, ...
             "dev_curve": [entry for entry in trainer.state.log_history if "eval_stsb_spearman" in entry],
         },

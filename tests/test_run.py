@@ -88,6 +88,14 @@ def test_local_model_path_must_exist(tmp_path, base_values, capsys):
     assert code == 2 and "./nope" in err and "model_name_or_path" in err
 
 
+def test_batch_of_one_rejected_before_loading(tmp_path, base_values, capsys, monkeypatch):
+    """per_device_train_batch_size 1 on one process leaves no in-batch negative: exit 2 naming the key, and no
+    model is loaded first."""
+    monkeypatch.setattr(SentenceEncoder, "from_backbone", lambda *a, **k: pytest.fail("model loaded"))
+    code, err = run_main([write_recipe(tmp_path, **base_values, per_device_train_batch_size=1)], capsys)
+    assert code == 2 and "per_device_train_batch_size" in err and "at least 2" in err
+
+
 def test_unknown_key_exit_code(tmp_path, base_values, capsys):
     """Parse errors also exit 2 with the key named."""
     code, err = run_main([write_recipe(tmp_path, **base_values, learning_rat=0.1)], capsys)

@@ -17,6 +17,7 @@ from transformers import Trainer
 from hf_sentcl.distributed import gather_with_grad, world_size
 from hf_sentcl.evaluation.alignment import sts_alignment_uniformity
 from hf_sentcl.evaluation.sts import STSEvaluator
+from hf_sentcl.trainers.callbacks import TrainingCostCallback
 
 
 def scale_gradient(loss: torch.Tensor, factor: float) -> torch.Tensor:
@@ -43,6 +44,8 @@ class ContrastiveTrainer(Trainer):
         self.dev_evaluator = dev_evaluator
         self.loss_is_scaled_for_ga = False
         self._metrics: dict[str, list[torch.Tensor]] = defaultdict(list)
+        self.cost = TrainingCostCallback()
+        self.add_callback(self.cost)
         global_batch = self.args.per_device_train_batch_size * max(self.args.world_size, 1)
         if global_batch < self.min_global_batch_size:
             raise ValueError(
@@ -50,6 +53,17 @@ class ContrastiveTrainer(Trainer):
                 f"process(es) gives a global batch of {global_batch}; in-batch negatives need at least "
                 f"{self.min_global_batch_size}. Raise per_device_train_batch_size."
             )
+
+    @property
+    def examples_per_step(self) -> int:
+        """Training examples per optimizer step over all processes."""
+        args = self.args
+        return args.per_device_train_batch_size * max(args.world_size, 1) * args.gradient_accumulation_steps
+
+    def training_cost(self) -> dict:
+        """Throughput of the training steps alone (no evaluation or saving) and peak memory; see
+        `TrainingCostCallback`. One example is one training sentence (SimCSE) or one pair/triplet (supervised)."""
+        return self.cost.summary(self.examples_per_step)
 
     # ------------------------------------------------------------------ the training step
     def embed_views(self, model, inputs: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -1,0 +1,95 @@
+"""Training-cost measurement: throughput of the training steps alone and the peak memory of training.
+
+`Trainer`'s own `train_samples_per_second` divides by the whole of `train()`, so periodic STS-B dev evaluations and
+checkpoint saves count as training time. Comparing methods (or hf_sentcl with another library) needs the cost of
+the steps themselves, which is what `TrainingCostCallback` measures.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+from transformers import TrainerCallback
+
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+_STATUS = Path("/proc/self/status")
+
+
+def _peak_rss_bytes() -> int | None:
+    """The process's resident-set high-water mark (Linux), or None where /proc does not say."""
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def _reset_peak_rss() -> bool:
+    """Restart the high-water mark from the current RSS (Linux >= 4.0); False if the kernel does not allow it."""
+    try:
+        _CLEAR_REFS.write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+class TrainingCostCallback(TrainerCallback):
+    """Measures optimizer steps per second outside evaluation and saving, and peak memory during training.
+
+    A step's time is the interval from the end of the previous optimizer step to the end of this one (data loading,
+    forward, backward, optimizer). Intervals that contain an evaluation or a checkpoint save are left out, and so
+    is the first step (warm-up). Peak memory is the accelerator's peak allocation when training on CUDA, otherwise
+    the process's peak resident set during training (which includes the model and optimizer state).
+    """
+
+    def __init__(self) -> None:
+        self.step_seconds: list[float] = []
+        self._last_step_end: float | None = None
+        self._interrupted = False
+        self._rss_reset = False
+        self.peak_memory_bytes: int | None = None
+        self.peak_memory_kind: str | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if torch.cuda.is_available() and args.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(args.device)
+        else:
+            self._rss_reset = _reset_peak_rss()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        now = time.perf_counter()
+        if self._last_step_end is not None and not self._interrupted:
+            self.step_seconds.append(now - self._last_step_end)
+        self._interrupted = False
+        self._last_step_end = now
+
+    def _pause(self, *args, **kwargs):
+        self._interrupted = True
+
+    on_evaluate = on_save = _pause
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if torch.cuda.is_available() and args.device.type == "cuda":
+            self.peak_memory_bytes = torch.cuda.max_memory_allocated(args.device)
+            self.peak_memory_kind = "cuda_max_allocated"
+        elif self._rss_reset:
+            self.peak_memory_bytes = _peak_rss_bytes()
+            self.peak_memory_kind = "process_peak_rss"
+
+    def summary(self, examples_per_step: int) -> dict[str, float | int | str | None]:
+        """`train_steps_measured`, `train_step_seconds` (median), `train_examples_per_second` (examples over
+        measured steps / their time) and the peak memory; `examples_per_step` is the global batch size."""
+        measured = len(self.step_seconds)
+        total = sum(self.step_seconds)
+        median = sorted(self.step_seconds)[measured // 2] if measured else None
+        return {
+            "train_steps_measured": measured,
+            "train_step_seconds": median,
+            "train_examples_per_second": examples_per_step * measured / total if total > 0 else None,
+            "train_peak_memory_mb": None if self.peak_memory_bytes is None else self.peak_memory_bytes / 2**20,
+            "train_peak_memory_kind": self.peak_memory_kind,
+        }
