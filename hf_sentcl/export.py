@@ -464,7 +464,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--overwrite", action="store_true", help="Replace an earlier export in OUT.")
     parser.add_argument("--no-verify", action="store_true", help="Skip reloading the export to check its embeddings.")
+    parser.add_argument(
+        "--probe-file", default=None,
+        help="Check the export on the sentences of this file (one per line) instead of the built-in probes.",
+    )
+    parser.add_argument("--probe-count", type=int, default=100, help="How many lines of --probe-file to use.")
+    parser.add_argument(
+        "--tolerance", type=float, default=1e-4, help="Largest |difference| accepted between the loaders."
+    )
     return parser
+
+
+def read_probe_sentences(path: str | Path, count: int) -> list[str]:
+    """The first `count` distinct non-empty lines of `path`."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"--probe-file '{path}' does not exist.")
+    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    sentences = list(dict.fromkeys(lines))[:count]
+    if not sentences:
+        raise ValueError(f"--probe-file '{path}' holds no sentences.")
+    return sentences
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -475,7 +495,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         results_path = Path(args.results) if args.results else find_results(checkpoint)
         results = load_results(results_path) if results_path else {}
         encoder = load_checkpoint(checkpoint)
-        plan = export_encoder(encoder, args.out, overwrite=args.overwrite, verify=not args.no_verify)
+        probes = read_probe_sentences(args.probe_file, args.probe_count) if args.probe_file else PROBE_SENTENCES
+        plan = export_encoder(encoder, args.out, overwrite=args.overwrite, verify=False)
+        differences = (
+            None if args.no_verify else verify_export(encoder, args.out, plan, probes, tolerance=args.tolerance)
+        )
         card = write_model_card(args.out, plan, results, repo_id=args.repo_id)
         mteb_folder = (
             write_mteb_results(args.mteb_results, results, args.out, plan, repo_id=args.repo_id)
@@ -485,6 +509,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"Exported to {args.out}: {plan.describe()}")
+    if differences is not None:
+        checked = ", ".join(f"{loader} {value:.2e}" for loader, value in differences.items())
+        print(f"Checked on {len(probes)} sentences, max |difference| from SentenceEncoder.encode: {checked}")
     print(f"Model card: {card}" + ("" if results else " (no results.json found: the card has no result tables)"))
     if mteb_folder:
         print(f"MTEB results: {mteb_folder}")

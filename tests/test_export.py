@@ -185,3 +185,20 @@ def test_cli_rejects_plain_backbone(tiny_bert_dir, tmp_path, capsys):
     assert main([str(tiny_bert_dir), str(tmp_path / "out")]) == 2
     assert "not a saved SentenceEncoder" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_cli_checks_export_on_probe_file(tiny_bert_dir, tmp_path, capsys):
+    """--probe-file checks both loaders on the file's distinct sentences and prints the differences."""
+    encoder = make_encoder(tiny_bert_dir, pooling="mean")
+    encoder.save_pretrained(tmp_path / "run")
+    probes = tmp_path / "probes.txt"
+    probes.write_text("\n".join([*SENTENCES, SENTENCES[0], ""]) + "\n")
+    assert main([str(tmp_path / "run"), str(tmp_path / "out"), "--probe-file", str(probes), "--probe-count", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "Checked on 3 sentences" in out and "transformers" in out and "sentence-transformers" in out
+
+
+def test_cli_missing_probe_file(tiny_bert_dir, tmp_path, capsys):
+    make_encoder(tiny_bert_dir, pooling="mean").save_pretrained(tmp_path / "run")
+    assert main([str(tmp_path / "run"), str(tmp_path / "out"), "--probe-file", str(tmp_path / "nope.txt")]) == 2
+    assert "nope.txt" in capsys.readouterr().err
