@@ -1,8 +1,6 @@
 """Cross-process in-batch negatives: 2 gloo processes reproduce the 1-process loss and (after DDP's averaging)
 its gradients, through `gather_with_grad` + `scale_gradient` and through `ContrastiveTrainer.compute_loss`."""
 
-import types
-
 import pytest
 import torch
 import torch.distributed as dist
@@ -30,6 +28,22 @@ def local_leaves(rank):
     return [z[part].clone().requires_grad_() for z in full_batch()]
 
 
+class StubTrainer(ContrastiveTrainer):
+    """ContrastiveTrainer's loss path (forward_views -> batch_loss) around fixed embeddings, without a Trainer."""
+
+    def __init__(self, z1, z2):  # no Trainer.__init__: only the loss methods are used
+        self.views = torch.stack([z1, z2])
+
+    def embed_views(self, model, inputs):
+        return self.views
+
+    def contrastive_loss(self, views):
+        return info_nce(views[0], views[1], TEMPERATURE), {}
+
+    def record_metrics(self, components):
+        pass
+
+
 def _worker(rank, init_file, out_dir):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
@@ -51,12 +65,7 @@ def _worker(rank, init_file, out_dir):
 
         # (3) the trainer's own path: stacked views (V, b, d) gathered along dim 1 inside compute_loss
         z1, z2, _ = local_leaves(rank)
-        stub = types.SimpleNamespace(
-            embed_views=lambda model, inputs: torch.stack([z1, z2]),
-            contrastive_loss=lambda views: (info_nce(views[0], views[1], TEMPERATURE), {}),
-            record_metrics=lambda components: None,
-        )
-        loss = ContrastiveTrainer.compute_loss(stub, model=None, inputs={})
+        loss = StubTrainer(z1, z2).compute_loss(model=None, inputs={})
         loss.backward()
         results["trainer"] = (loss.detach(), z1.grad.clone(), z2.grad.clone())
         torch.save(results, f"{out_dir}/rank{rank}.pt")

@@ -28,6 +28,8 @@ class SentenceEncoderConfig(PreTrainedConfig):
         inference_pooling: pooling used in eval mode (and so by `encode` and the saved encoder) when it differs
             from the training pooling, e.g. ConSERT trains with `mean` and evaluates with `last2_avg`.
         max_seq_length: truncation length used by `encode` (defaults to the tokenizer's limit, capped at 512).
+        peft: LoRA settings (`peft.LoraConfig` keys) when the backbone carries adapters (a checkpoint saved while
+            training with a recipe's `peft:` section); None for a plain backbone (also after merging).
     """
 
     model_type = "sentence_encoder"
@@ -40,6 +42,7 @@ class SentenceEncoderConfig(PreTrainedConfig):
     head_at_inference: bool = False
     inference_pooling: str | None = None
     max_seq_length: int | None = None
+    peft: dict | None = None
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)

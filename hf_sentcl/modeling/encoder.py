@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,6 +70,10 @@ class SentenceEncoder(PreTrainedModel):
         self.head = MLPHead(config.hidden_size) if config.head == "mlp" else None
         self.tokenizer: PreTrainedTokenizerBase | None = None
         self.post_init()
+        if config.peft:  # LoRA adapters on the backbone (hf_sentcl.modeling.peft); the base weights are frozen
+            from hf_sentcl.modeling.peft import wrap_backbone
+
+            self.backbone = wrap_backbone(self.backbone, config.peft)
 
     def _init_weights(self, module: nn.Module) -> None:
         if self.head is not None and module is self.head.dense:
@@ -92,9 +96,11 @@ class SentenceEncoder(PreTrainedModel):
         inference_pooling: str | None = None,
         max_seq_length: int | None = None,
         tokenizer_name: str | None = None,
+        peft: dict | None = None,
         **load_kwargs,
     ) -> SentenceEncoder:
-        """Wrap a pretrained backbone (local path, Hub id or the embedded alias) with the given pooling and head."""
+        """Wrap a pretrained backbone (local path, Hub id or the embedded alias) with the given pooling and head
+        (and LoRA adapters when `peft` holds their settings)."""
         path = resolve_model_name(name_or_path)
         backbone = AutoModel.from_pretrained(path, **load_kwargs)
         config = SentenceEncoderConfig(
@@ -105,6 +111,7 @@ class SentenceEncoder(PreTrainedModel):
             head_at_inference=head_at_inference,
             inference_pooling=inference_pooling,
             max_seq_length=max_seq_length,
+            peft=peft,
         )
         model = cls(config, backbone=backbone)
         model.attach_tokenizer(AutoTokenizer.from_pretrained(resolve_model_name(tokenizer_name or name_or_path)))
@@ -210,18 +217,45 @@ class SentenceEncoder(PreTrainedModel):
         Each distinct sentence is encoded once; sentences are sorted by token length so that each batch pads
         little. `bf16=True` runs the backbone under bf16 autocast (results differ from fp32 by rounding only).
         """
-        if self.tokenizer is None:
-            raise RuntimeError("This encoder has no tokenizer attached; call attach_tokenizer(tokenizer) first.")
         if isinstance(sentences, str):
             raise TypeError("encode() takes a list of sentences; wrap a single sentence in a list.")
+        if len(sentences) == 0:
+            out = torch.zeros(0, self.config.hidden_size)
+        else:
+            out = self.map_batches(
+                sentences, lambda batch: self(**batch).embeddings, batch_size, bf16, show_progress_bar
+            )
+        if normalize:
+            out = torch.nn.functional.normalize(out, dim=-1)
+        return out.numpy() if convert_to_numpy else out
+
+    def map_batches(
+        self,
+        sentences: Sequence[str],
+        fn: Callable[[dict[str, torch.Tensor]], torch.Tensor],
+        batch_size: int = 128,
+        bf16: bool = False,
+        show_progress_bar: bool | None = None,
+    ) -> torch.Tensor:
+        """Run `fn` on padded batches of the distinct `sentences`; return its float32 rows on the CPU in input order.
+
+        The inference loop behind `encode`, for callers that want more than the pooled vector from one forward
+        pass (e.g. every layer pooled every way). The sentences are tokenised in one call, sorted by token length
+        (longest first, so padding is minimal and a memory problem shows up on the first batch) and batched;
+        `fn` gets `input_ids`/`attention_mask` on the model's device and returns a (batch, ...) tensor. It runs
+        in eval mode under `torch.inference_mode`, with bf16 autocast when `bf16` and the device supports it.
+        """
+        if self.tokenizer is None:
+            raise RuntimeError("This encoder has no tokenizer attached; call attach_tokenizer(tokenizer) first.")
         unique = list(dict.fromkeys(sentences))
         if not unique:
-            return np.zeros((0, self.config.hidden_size), dtype=np.float32) if convert_to_numpy else torch.zeros(
-                0, self.config.hidden_size
-            )
-        tokenized = self.tokenizer(unique, truncation=True, max_length=self.max_seq_length)["input_ids"]
+            raise ValueError("map_batches() needs at least one sentence.")
+        tokenized = self.tokenizer(
+            unique, truncation=True, max_length=self.max_seq_length, return_attention_mask=False,
+            return_token_type_ids=False,
+        )["input_ids"]
         order = sorted(range(len(unique)), key=lambda i: len(tokenized[i]), reverse=True)
-        out = torch.empty(len(unique), self.config.hidden_size, dtype=torch.float32)
+        out: torch.Tensor | None = None
         was_training = self.training
         self.eval()
         device = self.device
@@ -235,15 +269,14 @@ class SentenceEncoder(PreTrainedModel):
                 ):
                     index = order[start : start + batch_size]
                     batch = self.tokenizer.pad({"input_ids": [tokenized[i] for i in index]}, return_tensors="pt")
-                    batch = {k: v.to(device) for k, v in batch.items()}
-                    out[index] = self(**batch).embeddings.float().cpu()
+                    rows = fn({k: v.to(device, non_blocking=True) for k, v in batch.items()}).float().cpu()
+                    if out is None:
+                        out = torch.empty(len(unique), *rows.shape[1:], dtype=torch.float32)
+                    out[index] = rows
         finally:
             self.train(was_training)
-        if normalize:
-            out = torch.nn.functional.normalize(out, dim=-1)
         position = {sentence: i for i, sentence in enumerate(unique)}
-        result = out[[position[s] for s in sentences]]
-        return result.numpy() if convert_to_numpy else result
+        return out[[position[s] for s in sentences]]
 
 
 def load_encoder(name_or_path: str | Path, **overrides) -> SentenceEncoder:

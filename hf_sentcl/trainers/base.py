@@ -2,22 +2,52 @@
 
 A method subclass sets how many dropout copies of each text view go through the encoder and implements
 `contrastive_loss(views)` on the (num_views, batch, dim) embeddings; everything else (one forward pass for all
-views, cross-process gathering, metric logging, STS-B dev evaluation) lives here.
+views, cross-process gathering, metric logging, STS-B dev evaluation, the cached large-batch step) lives here.
+
+The training step is built from three hooks, so that the plain step and the cached step (`mini_batch_size`,
+`hf_sentcl.trainers.cached`) compute the same thing:
+
+- `embed_views(model, inputs)` / `forward_views(model, inputs)`: the encoder's forward over the examples of
+  `inputs` (the whole local batch, or one mini-batch of it). `embed_views` returns the (views, batch, dim)
+  embeddings; `forward_views` wraps them in a `ViewsOutput` and may add a per-example `local_loss` computed from the
+  same forward (CLEAR's masked-LM loss, ConSERT's NLI cross-entropy: terms that couple no two examples). All
+  randomness in it must come from torch's global generators (CPU and the inputs' device): the cached step replays
+  them to get the same dropout masks and augmentations.
+- `batch_loss(model, views, inputs)`: the loss of the whole local batch from its embeddings: gathered across
+  processes, the method's `contrastive_loss`, its gradient scaled for the world size, plus terms that need the
+  whole batch or no data at all (SG's frozen-copy views, projection head and parameter-distance regularizer). It
+  may use trained modules outside the encoder's forward; it runs once per step in both steps.
+- `contrastive_loss(views)`: the method's in-batch loss on the gathered embeddings.
+
+`compute_loss` = `forward_views` on the whole batch + `batch_loss` + `local_loss`. A method that overrides
+`compute_loss` instead cannot use `mini_batch_size` (the trainer refuses it) until it moves its loss into these
+hooks and sets `supports_cached_step = True`.
+
+Distributed training: modules applied outside `model(...)` (heads attached to the encoder, regularizers on its
+weights) work under DDP because `ddp_find_unused_parameters` is off by default (DDP's unused-parameter search
+would mark them unused at forward time and then fail when their gradient arrives). In exchange every trainable
+parameter must get a gradient every step: the trainer freezes the backbone's pooler, which no pooling reads; a
+method with weights it uses only on some steps must freeze them or set `ddp_find_unused_parameters: true`.
+Under FSDP or DeepSpeed ZeRO-3 weights used outside the forward are sharded: such methods refuse those configs.
 """
 
 from __future__ import annotations
 
 import time
 from collections import defaultdict
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from torch import nn
 from transformers import Trainer
 
 from hf_sentcl.distributed import gather_with_grad, world_size
 from hf_sentcl.evaluation.alignment import sts_alignment_uniformity
 from hf_sentcl.evaluation.sts import STSEvaluator
+from hf_sentcl.trainers.cached import cached_training_step
 from hf_sentcl.trainers.callbacks import TrainingCostCallback
+from hf_sentcl.trainers.length_buckets import forward_in_length_buckets
 
 
 def scale_gradient(loss: torch.Tensor, factor: float) -> torch.Tensor:
@@ -25,6 +55,34 @@ def scale_gradient(loss: torch.Tensor, factor: float) -> torch.Tensor:
     if factor == 1:
         return loss
     return loss * factor - loss.detach() * (factor - 1)
+
+
+def freeze_backbone_pooler(encoder: nn.Module) -> None:
+    """Freeze the backbone's own pooler (BERT's dense + tanh on [CLS]) if it has one. No pooling mode reads it, so it
+    never gets a gradient, and DDP without its unused-parameter search needs every trained weight to get one."""
+    pooler = getattr(getattr(encoder, "backbone", None), "pooler", None)
+    if isinstance(pooler, nn.Module):
+        pooler.requires_grad_(False)
+
+
+@dataclass
+class ViewsOutput:
+    """What one forward of the encoder over some examples gives a training step (see the module docstring).
+
+    Attributes:
+        views: (num_views, examples, dim) embeddings, with autograd when the step wants gradients.
+        local_loss: optional per-example term from the same forward, already weighted by its coefficient; it is
+            added to the loss unchanged, and with `mini_batch_size` the mini-batches' values are combined as a mean
+            weighted by `local_weight`.
+        local_weight: what `local_loss` is a mean over (e.g. the number of masked tokens of a masked-LM loss);
+            None = the number of examples.
+        components: named values to log with the loss (combined over mini-batches with the same weights).
+    """
+
+    views: torch.Tensor
+    local_loss: torch.Tensor | None = None
+    local_weight: float | torch.Tensor | None = None
+    components: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 class ContrastiveTrainer(Trainer):
@@ -38,13 +96,17 @@ class ContrastiveTrainer(Trainer):
     dropout_copies: int = 1
     #: the smallest global batch the loss makes sense for
     min_global_batch_size: int = 2
+    #: whether `mini_batch_size` may be used; None = only if the method keeps `compute_loss` as it is here
+    supports_cached_step: bool | None = None
 
     def __init__(self, *args, dev_evaluator: STSEvaluator | None = None, **kwargs):
         super().__init__(*args, **kwargs)
+        freeze_backbone_pooler(self.model)
         self.dev_evaluator = dev_evaluator
         self.loss_is_scaled_for_ga = False
         self._metrics: dict[str, list[torch.Tensor]] = defaultdict(list)
         self.cost = TrainingCostCallback()
+        self._flos_per_token: int | None = None
         self.add_callback(self.cost)
         global_batch = self.args.per_device_train_batch_size * max(self.args.world_size, 1)
         if global_batch < self.min_global_batch_size:
@@ -52,6 +114,50 @@ class ContrastiveTrainer(Trainer):
                 f"per_device_train_batch_size={self.args.per_device_train_batch_size} x {self.args.world_size} "
                 f"process(es) gives a global batch of {global_batch}; in-batch negatives need at least "
                 f"{self.min_global_batch_size}. Raise per_device_train_batch_size."
+            )
+        if world_size() != max(self.args.world_size, 1):
+            raise ValueError(
+                f"{world_size()} processes share a process group but the Trainer runs on {self.args.world_size}: "
+                "each process would train alone on the whole data while the gathered negatives repeat across "
+                "processes. Launch with accelerate launch / torchrun and let TrainingArguments set up the devices "
+                "(on a CPU-only machine: use_cpu: true)."
+            )
+        self.check_cached_step(self.args)
+        self.check_length_buckets(self.args)
+
+    @classmethod
+    def check_cached_step(cls, args) -> None:
+        """With `mini_batch_size` set, check that this method's loss goes through the hooks the cached step splits
+        and that accelerate (not DeepSpeed's engine) drives backward; raises ValueError naming the key. Called by
+        `validate_recipe` too, before anything is loaded."""
+        if not getattr(args, "mini_batch_size", None):
+            return
+        supported = cls.supports_cached_step
+        if supported is None:
+            supported = cls.compute_loss is ContrastiveTrainer.compute_loss
+        if not supported:
+            raise ValueError(
+                f"mini_batch_size: {cls.__name__} computes its loss in its own compute_loss, so the cached step "
+                "cannot split it; remove 'mini_batch_size' (or move the loss into forward_views/batch_loss, see "
+                "hf_sentcl.trainers.base)."
+            )
+        if getattr(args, "deepspeed_plugin", None) is not None:
+            raise ValueError(
+                "mini_batch_size is not supported under DeepSpeed (its engine owns backward and gradient "
+                "accumulation); use a DDP or FSDP accelerate config, or remove 'mini_batch_size'."
+            )
+
+    @classmethod
+    def check_length_buckets(cls, args) -> None:
+        """`length_buckets` splits the forward of `embed_views`; a method that encodes its views another way (its
+        own `embed_views`/`forward_views`) would ignore it, so it is refused. Called by `validate_recipe` too."""
+        if (getattr(args, "length_buckets", None) or 1) > 1 and (
+            cls.embed_views is not ContrastiveTrainer.embed_views
+            or cls.forward_views is not ContrastiveTrainer.forward_views
+        ):
+            raise ValueError(
+                f"length_buckets: {cls.__name__} encodes its views in its own way, which length buckets do not "
+                "split; remove 'length_buckets' from the recipe."
             )
 
     @property
@@ -65,9 +171,21 @@ class ContrastiveTrainer(Trainer):
         `TrainingCostCallback`. One example is one training sentence (SimCSE) or one pair/triplet (supervised)."""
         return self.cost.summary(self.examples_per_step)
 
+    def floating_point_ops(self, inputs: dict[str, torch.Tensor]) -> int:
+        """Trainer's estimate (6 x tokens x non-embedding parameters) counting every dropout copy of the views.
+        The parameter count is taken once: `Trainer` recounts it on every step, Python time in the hot loop."""
+        ids = inputs.get("input_ids")
+        if ids is None:
+            return 0
+        if self._flos_per_token is None:
+            count = getattr(self.accelerator.unwrap_model(self.model), "num_parameters", None)
+            self._flos_per_token = 6 * count(exclude_embeddings=True) if count else 0
+        return ids.numel() * self.dropout_copies * self._flos_per_token
+
     # ------------------------------------------------------------------ the training step
     def embed_views(self, model, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Encode every view of the batch in ONE forward pass; returns (copies * views, batch, dim)."""
+        """Encode every view of the batch in ONE forward pass (or in `length_buckets` length-sorted sub-batches);
+        returns (copies * views, batch, dim)."""
         input_ids, attention_mask = inputs["input_ids"], inputs["attention_mask"]
         batch, views, length = input_ids.shape
         copies = self.dropout_copies
@@ -76,21 +194,53 @@ class ContrastiveTrainer(Trainer):
             flat = t.transpose(0, 1).reshape(views * batch, length)
             return flat.repeat(copies, 1) if copies > 1 else flat
 
-        embeddings = model(input_ids=stack(input_ids), attention_mask=stack(attention_mask)).embeddings
+        buckets = getattr(self.args, "length_buckets", None)
+        if buckets and buckets > 1:  # optional: length-sorted sub-batches, less padding (see length_buckets.py)
+            with self.accelerator.autocast():  # one autocast region: weights are cast once for all sub-batches
+                embeddings = forward_in_length_buckets(model, stack(input_ids), stack(attention_mask), buckets)
+        else:
+            embeddings = model(input_ids=stack(input_ids), attention_mask=stack(attention_mask)).embeddings
         return embeddings.view(copies * views, batch, -1)
+
+    def forward_views(self, model, inputs: dict[str, torch.Tensor]) -> ViewsOutput:
+        """One forward over the examples of `inputs`: `embed_views`, and no per-example term. Override to add a
+        `local_loss` computed from the same forward (see `ViewsOutput`)."""
+        return ViewsOutput(self.embed_views(model, inputs))
 
     def contrastive_loss(self, views: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Loss from the gathered (num_views, global_batch, dim) embeddings, plus named components to log."""
         raise NotImplementedError(f"{type(self).__name__} must implement contrastive_loss(views).")
 
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        views = gather_with_grad(self.embed_views(model, inputs), dim=1)
-        loss, components = self.contrastive_loss(views)
+    def batch_loss(self, model, views: torch.Tensor, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
+        """The loss of the whole local batch from its (num_views, batch, dim) embeddings, ready for backward, and the
+        outputs `compute_loss` returns. Runs once per step, in the plain and in the cached step."""
+        gathered = gather_with_grad(views, dim=1)
+        loss, components = self.contrastive_loss(gathered)
         self.record_metrics(components)
         # Every process computes the full loss but back-propagates through its own slice only; DDP then
         # averages over processes, so the gradient is scaled back up by the world size.
-        loss = scale_gradient(loss, world_size())
-        return (loss, {"embeddings": views}) if return_outputs else loss
+        return scale_gradient(loss, world_size()), {"embeddings": gathered}
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        output = self.forward_views(model, inputs)
+        loss, outputs = self.batch_loss(model, output.views, inputs)
+        if output.local_loss is not None:
+            loss = loss + output.local_loss
+        if output.components:
+            self.record_metrics(output.components)
+        return (loss, outputs) if return_outputs else loss
+
+    def uses_cached_step(self, inputs: dict[str, torch.Tensor]) -> bool:
+        """Whether this batch is larger than `mini_batch_size` (smaller batches take the plain step: same result)."""
+        size = getattr(self.args, "mini_batch_size", None)
+        return bool(size) and len(inputs["input_ids"]) > size
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        """`Trainer.training_step`, or the cached step (`hf_sentcl.trainers.cached`) when `mini_batch_size` splits
+        the batch."""
+        if self.uses_cached_step(inputs):
+            return cached_training_step(self, model, inputs)
+        return super().training_step(model, inputs, num_items_in_batch)
 
     # ------------------------------------------------------------------ logging of loss components
     def record_metrics(self, components: dict[str, torch.Tensor]) -> None:

@@ -15,26 +15,31 @@ Where the projection head lives: f is registered as a submodule (`self_guided_he
 optimizer, gradient clipping, device placement, mixed precision and DDP gradient averaging all treat it like any
 other trained weight, with no override of optimizer creation. Its keys are added to the encoder's
 `_keys_to_ignore_on_save`, so `save_pretrained` (checkpoints and the final encoder) leaves it out and loading the
-best checkpoint does not warn about it; `_save` writes it to a separate `self_guided_head.safetensors` so that
-`resume_from_checkpoint` restores it.
+best checkpoint does not warn about it; checkpoints carry it in a separate `self_guided_head.safetensors` so that
+`resume_from_checkpoint` restores it (`hf_sentcl.trainers.heads.TrainingHeadsMixin`).
+
+Scale: with LoRA (`peft:`) BERT_F is the base model without adapters and the regularizer is the squared norm of
+the merged LoRA deltas (`hf_sentcl.modeling.peft.weight_distance`). The loss lives in `batch_loss`, so the cached
+step (`mini_batch_size`) splits BERT_T's forward; BERT_F's no-grad forward runs in mini-batches too. The head
+and the regularizer use the encoder's weights outside its forward: fine for DDP (ContrastiveTrainer runs it
+without the unused-parameter search), refused under FSDP / DeepSpeed ZeRO-3, which shard those weights.
 """
 
 from __future__ import annotations
 
-import copy
-import os
 from collections.abc import Sequence
 
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import EarlyStoppingCallback
 
 from hf_sentcl.distributed import gather_with_grad, world_size
-from hf_sentcl.losses import parameter_distance, sg_loss, sg_opt1_loss, sg_opt2_loss, sg_opt_loss
+from hf_sentcl.losses import sg_loss, sg_opt1_loss, sg_opt2_loss, sg_opt_loss
 from hf_sentcl.modeling.heads import ProjectionHead
+from hf_sentcl.modeling.peft import frozen_base_copy, is_peft_model, weight_distance
 from hf_sentcl.modeling.pooling import masked_max, masked_mean
 from hf_sentcl.trainers.base import ContrastiveTrainer, scale_gradient
+from hf_sentcl.trainers.heads import TrainingHeadsMixin, check_raw_cls_encoder, refuse_sharded_weights
 
 HEAD_NAME = "self_guided_head"
 HEAD_FILE = "self_guided_head.safetensors"
@@ -45,13 +50,7 @@ VIEW_POOLERS = {"max": masked_max, "mean": masked_mean}
 def check_encoder_for_self_guided(config) -> None:
     """The sentence vector c must be the raw last-layer [CLS] of the tuned encoder, as in the paper."""
     num_layers = config.backbone_config.num_hidden_layers
-    if config.head != "none":
-        raise ValueError(
-            f"method self_guided: set 'head: none' in the recipe (got head: {config.head}). The sentence vector is "
-            "the raw last-layer [CLS]; the training-only projection head f is set by projection_head/projection_size."
-        )
-    if config.pooling not in ("cls", "cls_before_pooler"):
-        raise ValueError(f"method self_guided: 'pooling' must be cls or cls_before_pooler, got '{config.pooling}'.")
+    check_raw_cls_encoder(config, "self_guided", "projection_head/projection_size")
     if config.pooling_layer not in (-1, num_layers):
         raise ValueError(
             f"method self_guided: 'pooling_layer' must be the last layer (-1), got {config.pooling_layer}."
@@ -88,8 +87,9 @@ def pool_views(
 
 
 def frozen_copy(module: nn.Module) -> nn.Module:
-    """A clone of `module` that never trains: no parameter requires gradient and it stays in eval mode."""
-    clone = copy.deepcopy(module)
+    """A clone of `module` that never trains: no parameter requires gradient and it stays in eval mode. A LoRA-wrapped
+    module is cloned with its adapters merged, i.e. as the plain model it computes."""
+    clone = frozen_base_copy(module)
     clone.requires_grad_(False)
     return clone.eval()  # not a submodule of the trained model, so Trainer's model.train() never reaches it
 
@@ -105,7 +105,7 @@ def freeze_embedding_layer(backbone: nn.Module) -> None:
     embeddings.requires_grad_(False)
 
 
-class SelfGuidedTrainer(ContrastiveTrainer):
+class SelfGuidedTrainer(TrainingHeadsMixin, ContrastiveTrainer):
     """SG / SG-OPT: pull BERT_T's [CLS] towards pooled hidden layers of a frozen clone BERT_F.
 
     Recipe knobs: `objective` (sg, opt1, opt2, sg-opt), `temperature`, `regularizer_weight` (lambda),
@@ -118,67 +118,66 @@ class SelfGuidedTrainer(ContrastiveTrainer):
         super().__init__(*args, **kwargs)
         encoder = self.model
         check_encoder_for_self_guided(encoder.config)
+        self._check_parallelism()
         self.view_layers = resolve_view_layers(self.args.view_layers, encoder.config.backbone_config.num_hidden_layers)
         self.frozen_backbone = frozen_copy(encoder.backbone)  # BERT_F: a clone of the untouched backbone
         freeze_embedding_layer(encoder.backbone)  # layer 0 of BERT_T
         self.projection_head = self._attach_projection_head(encoder) if self.args.projection_head else None
+        if is_peft_model(encoder.backbone) and weight_distance(encoder.backbone, self.frozen_backbone).item() != 0:
+            raise ValueError(
+                "method self_guided with peft: the LoRA adapters must start at zero (B = 0, peft's default "
+                "init_lora_weights: true) so that BERT_F is the untouched model; remove peft.init_lora_weights."
+            )
         if self.args.early_stopping_patience is not None:
             self.add_callback(EarlyStoppingCallback(early_stopping_patience=self.args.early_stopping_patience))
+
+    def _check_parallelism(self) -> None:
+        refuse_sharded_weights(
+            self, "self_guided", "its projection head and parameter-distance regularizer use the encoder's weights "
+            "outside its forward"
+        )
 
     def _attach_projection_head(self, encoder: nn.Module) -> ProjectionHead:
         init_std = getattr(encoder.config.backbone_config, "initializer_range", None)
         head = ProjectionHead(encoder.config.hidden_size, self.args.projection_size, init_std=init_std)
-        head.to(device=encoder.device, dtype=encoder.dtype)
-        encoder.add_module(HEAD_NAME, head)
-        ignored = {f"{HEAD_NAME}.{key}" for key in head.state_dict()}
-        encoder._keys_to_ignore_on_save = set(encoder._keys_to_ignore_on_save or ()) | ignored
-        return head
+        return self.add_training_head(HEAD_NAME, head, HEAD_FILE)
 
     # ------------------------------------------------------------------ the training step
     @torch.no_grad()
     def frozen_views(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """All views h_{i,k} from ONE autograd-free forward of BERT_F: (b, len(view_layers), d)."""
+        """All views h_{i,k} from ONE autograd-free forward of BERT_F: (b, len(view_layers), d). With
+        `mini_batch_size` the forward runs in mini-batches of that size (BERT_F is in eval mode: same result)."""
         frozen = self.frozen_backbone
         if next(frozen.parameters()).device != input_ids.device:
             frozen.to(input_ids.device)
-        outputs = frozen(
-            input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, return_dict=True
-        )
-        return pool_views(outputs.hidden_states, attention_mask, self.view_layers, self.args.view_pooling)
+        size = self.args.mini_batch_size or len(input_ids)
+        views = []
+        for start in range(0, len(input_ids), size):
+            ids, mask = input_ids[start : start + size], attention_mask[start : start + size]
+            outputs = frozen(input_ids=ids, attention_mask=mask, output_hidden_states=True, return_dict=True)
+            views.append(pool_views(outputs.hidden_states, mask, self.view_layers, self.args.view_pooling))
+        return torch.cat(views)
 
     def project(self, vectors: torch.Tensor) -> torch.Tensor:
         return vectors if self.projection_head is None else self.projection_head(vectors)
 
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        c = self.embed_views(model, inputs)[0]  # (b, d): BERT_T's last-layer [CLS]
-        views = self.frozen_views(inputs["input_ids"][:, 0], inputs["attention_mask"][:, 0])
+    def batch_loss(self, model, views: torch.Tensor, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
+        """Steps 2-5 of the module docstring on BERT_T's embedded batch (`embed_views` output)."""
+        c = views[0]  # (b, d): BERT_T's last-layer [CLS]
+        h = self.frozen_views(inputs["input_ids"][:, 0], inputs["attention_mask"][:, 0])
         if self.args.objective != "sg-opt":  # sampler sigma: one uniformly chosen layer per sentence
-            choice = torch.randint(views.shape[1], (views.shape[0],), device=views.device)
-            views = views[torch.arange(views.shape[0], device=views.device), choice]
+            choice = torch.randint(h.shape[1], (h.shape[0],), device=h.device)
+            h = h[torch.arange(h.shape[0], device=h.device), choice]
         c_projected = gather_with_grad(self.project(c), dim=0)
-        h_projected = gather_with_grad(self.project(views), dim=0)
+        h_projected = gather_with_grad(self.project(h), dim=0)
         contrastive = OBJECTIVES[self.args.objective](c_projected, h_projected, self.args.temperature)
 
         backbone = self.accelerator.unwrap_model(model).backbone
         weight = self.args.regularizer_weight
         with torch.set_grad_enabled(weight > 0 and torch.is_grad_enabled()):
-            distance = parameter_distance(backbone, self.frozen_backbone)
+            distance = weight_distance(backbone, self.frozen_backbone)
         # The contrastive term is gathered (gradient rescaled by the world size, see the base class); the
         # regularizer is computed in full on every process, so DDP's averaging leaves it as it is.
         loss = scale_gradient(contrastive, world_size()) + weight * distance
         self.record_metrics({"contrastive_loss": contrastive, "param_distance": distance})
-        return (loss, {"embeddings": c_projected}) if return_outputs else loss
-
-    # ------------------------------------------------------------------ the head's own file (for resuming)
-    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
-        super()._save(output_dir, state_dict)
-        if self.projection_head is not None and self.args.should_save:
-            path = os.path.join(output_dir or self.args.output_dir, HEAD_FILE)
-            save_file({k: v.detach().cpu().contiguous() for k, v in self.projection_head.state_dict().items()}, path)
-
-    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
-        super()._load_from_checkpoint(resume_from_checkpoint, model)
-        path = os.path.join(resume_from_checkpoint, HEAD_FILE)
-        if self.projection_head is not None and os.path.isfile(path):
-            device = str(next(self.projection_head.parameters()).device)
-            self.projection_head.load_state_dict(load_file(path, device=device))
+        return loss, {"embeddings": c_projected}
