@@ -3,6 +3,7 @@
 from hf_sentcl.losses.info_nce import cosine_logits, info_nce
 from hf_sentcl.losses.margin import margin_cross_entropy, margin_info_nce, parse_perturbation
 from hf_sentcl.losses.nt_xent import nt_xent, nt_xent_similarities
+from hf_sentcl.losses.pair_classification import pair_classification_loss, pair_features
 from hf_sentcl.losses.self_guided import parameter_distance, sg_loss, sg_opt1_loss, sg_opt2_loss, sg_opt_loss
 
 __all__ = [
@@ -12,6 +13,8 @@ __all__ = [
     "margin_info_nce",
     "nt_xent",
     "nt_xent_similarities",
+    "pair_classification_loss",
+    "pair_features",
     "parameter_distance",
     "parse_perturbation",
     "sg_loss",

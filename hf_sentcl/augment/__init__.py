@@ -1,0 +1,5 @@
+"""Data augmentations: embedding-level (ConSERT) and text-level (CLEAR)."""
+
+from hf_sentcl.augment.embedding import AUGMENTATIONS, AugmentationPlan, AugmentationRates, EmbeddingAugmenter
+from hf_sentcl.augment.text import TEXT_AUGMENTATIONS, SentenceAugmenter, parse_augmentation
+from hf_sentcl.augment.wordnet import WordNet, WordNetError

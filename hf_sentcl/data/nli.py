@@ -1,0 +1,195 @@
+"""Labelled NLI sentence pairs (premise, hypothesis, label) for ConSERT's supervised settings, via `datasets`.
+
+Three sources, named by one string:
+
+- `senteval` (the SNLI folder of the SentEval data directory) or any folder in SentEval's SNLI layout:
+  `s1.<split>`, `s2.<split>` and `labels.<split>`, one sentence / label per line;
+- a `.csv`, `.tsv`, `.json` or `.jsonl` file with `premise`, `hypothesis` and `label` columns;
+- anything else is a `datasets` id (e.g. `stanfordnlp/snli`, `nyu-mll/multi_nli`), with a config and splits.
+
+Labels become 0 = entailment, 1 = neutral, 2 = contradiction (the SNLI/MNLI order on the Hub). String labels are
+matched by name; integer labels are read through the dataset's `ClassLabel` names when it has them, else taken
+as already in that order. Pairs without a gold label (SNLI's `-` / -1) are dropped.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from datasets import ClassLabel, Dataset, concatenate_datasets, load_dataset
+from transformers import PreTrainedTokenizerBase
+
+from hf_sentcl.data.collators import ViewCollator
+from hf_sentcl.data.corpus import tokenize_views
+from hf_sentcl.defaults import resolve_data_dir
+
+NLI_LABELS = ("entailment", "neutral", "contradiction")
+NLI_TEXT_COLUMNS = ("premise", "hypothesis")
+NO_GOLD_LABELS = ("-", "-1", -1)
+SENTEVAL_SOURCE = "senteval"
+FILE_BUILDERS = {"csv": "csv", "tsv": "csv", "json": "json", "jsonl": "json"}
+SENTEVAL_FILES = ("s1", "s2", "labels")
+
+
+@dataclass(frozen=True)
+class NLISource:
+    """A resolved NLI source: `kind` is 'senteval' (a folder), 'file' or 'dataset' (a `datasets` id)."""
+
+    kind: str
+    location: str
+    splits: tuple[str, ...] = ("train",)
+    config_name: str | None = None
+
+    @property
+    def description(self) -> str:
+        splits = "" if self.kind == "file" else f" ({'+'.join(self.splits)})"
+        return f"{self.kind} '{self.location}'{splits}"
+
+
+def resolve_nli_source(
+    source: str,
+    splits: list[str] | None = None,
+    data_dir: str | os.PathLike | None = None,
+    config_name: str | None = None,
+) -> NLISource:
+    """Decide what `source` (recipe key 'nli_source') names; `senteval` needs the SentEval data directory."""
+    if not source:
+        raise ValueError("key 'nli_source' is empty: give 'senteval', an SNLI-layout folder, a csv/jsonl file or a "
+                         "`datasets` id.")
+    if source == SENTEVAL_SOURCE:
+        folder = resolve_data_dir(data_dir) / "SNLI"
+        return NLISource("senteval", str(folder), tuple(splits or ("train",)))
+    path = Path(os.path.expandvars(source)).expanduser()
+    suffix = path.suffix.lower().lstrip(".")
+    if path.is_dir():
+        return NLISource("senteval", str(path), tuple(splits or ("train",)))
+    if suffix in FILE_BUILDERS or path.is_file() or source.startswith((".", "/", "~")):
+        if splits:
+            raise ValueError(f"key 'nli_splits' does not apply to the file '{path}'; remove it.")
+        return NLISource("file", str(path))
+    return NLISource("dataset", source, tuple(splits or ("train",)), config_name)
+
+
+def check_nli_source(source: NLISource) -> None:
+    """Fail before any model loads when a local NLI file is missing, naming the file (datasets ids are not
+    checked here: they resolve when loaded)."""
+    if source.kind == "file":
+        path = Path(source.location)
+        if not path.is_file():
+            raise FileNotFoundError(f"NLI file '{path}' does not exist (recipe key 'nli_source').")
+        if path.suffix.lower().lstrip(".") not in FILE_BUILDERS:
+            raise ValueError(f"NLI file '{path}': unsupported extension (use .csv, .tsv, .json or .jsonl).")
+    elif source.kind == "senteval":
+        for split in source.splits:
+            for name in SENTEVAL_FILES:
+                path = Path(source.location) / f"{name}.{split}"
+                if not path.is_file():
+                    raise FileNotFoundError(
+                        f"NLI file '{path}' does not exist (recipe keys 'nli_source' / 'nli_splits'; SentEval's SNLI "
+                        f"layout needs s1.<split>, s2.<split> and labels.<split>)."
+                    )
+
+
+def read_senteval_nli(folder: str | os.PathLike, split: str) -> Dataset:
+    """One split of a SentEval SNLI folder as a Dataset with premise, hypothesis and (string) label columns."""
+    folder = Path(folder)
+    columns = {}
+    for name, column in zip(SENTEVAL_FILES, (*NLI_TEXT_COLUMNS, "label")):
+        lines = (folder / f"{name}.{split}").read_text(encoding="utf-8").splitlines()
+        columns[column] = [line.strip() for line in lines]
+    sizes = {column: len(values) for column, values in columns.items()}
+    if len(set(sizes.values())) != 1:
+        raise ValueError(f"{folder}: split '{split}' has files of different lengths {sizes} (s1, s2, labels).")
+    return Dataset.from_dict(columns)
+
+
+def label_ids(dataset: Dataset, where: str) -> Dataset:
+    """Map the `label` column to 0/1/2 (entailment, neutral, contradiction), dropping pairs without a gold label."""
+    names = {name: i for i, name in enumerate(NLI_LABELS)}
+    values = list(dataset["label"])
+    feature = dataset.features["label"]
+    if isinstance(feature, ClassLabel):  # integer ids in the dataset's own order: go through its names
+        values = [feature.names[v] if v >= 0 else "-" for v in values]
+
+    def normalise(value):
+        if isinstance(value, str):
+            value = value.strip().lower()
+            return names.get(value, int(value) if value.lstrip("-").isdigit() else value)
+        return value
+
+    values = [normalise(v) for v in values]
+    keep = [i for i, v in enumerate(values) if v not in NO_GOLD_LABELS]
+    bad = sorted({str(values[i]) for i in keep if values[i] not in (0, 1, 2)})
+    if bad:
+        raise ValueError(
+            f"{where}: unknown NLI label(s) {bad[:5]}; use {', '.join(NLI_LABELS)} or 0/1/2 in that order "
+            "('-' or -1 marks a pair without a gold label)."
+        )
+    dataset = dataset.select(keep).remove_columns("label")
+    return dataset.add_column("label", [values[i] for i in keep])
+
+
+def load_nli_pairs(source: NLISource, max_samples: int | None = None) -> Dataset:
+    """premise / hypothesis / label (0, 1, 2) rows from `source`, splits concatenated in order, empty text dropped."""
+    check_nli_source(source)
+    where = f"NLI {source.description}"
+    if source.kind == "senteval":
+        parts = [read_senteval_nli(source.location, split) for split in source.splits]
+    elif source.kind == "file":
+        suffix = Path(source.location).suffix.lower().lstrip(".")
+        extra = {"delimiter": "\t"} if suffix == "tsv" else {}
+        parts = [load_dataset(FILE_BUILDERS[suffix], data_files=source.location, split="train", **extra)]
+    else:
+        parts = [load_dataset(source.location, source.config_name, split=split) for split in source.splits]
+    dataset = concatenate_datasets(parts) if len(parts) > 1 else parts[0]
+    missing = [c for c in (*NLI_TEXT_COLUMNS, "label") if c not in dataset.column_names]
+    if missing:
+        raise ValueError(f"{where} has no column(s) {missing}; it has {dataset.column_names} (needs premise, "
+                         "hypothesis, label).")
+    dataset = dataset.select_columns([*NLI_TEXT_COLUMNS, "label"])
+    dataset = dataset.filter(lambda row: all(row[c] and str(row[c]).strip() for c in NLI_TEXT_COLUMNS))
+    dataset = label_ids(dataset, where)
+    if max_samples is not None:
+        dataset = dataset.select(range(min(max_samples, len(dataset))))
+    if len(dataset) == 0:
+        raise ValueError(f"{where} contains no labelled sentence pairs.")
+    return dataset
+
+
+@dataclass
+class LabelledViewCollator(ViewCollator):
+    """`ViewCollator` that also returns the examples' class indices as a `labels` tensor of shape (batch,)."""
+
+    label_column: str = "labels"
+
+    def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
+        batch = super().__call__(features)
+        batch["labels"] = torch.tensor([f[self.label_column] for f in features], dtype=torch.long)
+        return batch
+
+
+@dataclass
+class NLITrainData:
+    """Training data of a supervised stage: tokenised (premise, hypothesis) views plus labels.
+
+    `check()` runs before any model loads; `build(tokenizer)` returns (dataset, number of text views, collator).
+    """
+
+    source: NLISource
+    max_seq_length: int
+    max_samples: int | None = None
+    num_proc: int | None = None
+    pad_to_multiple_of: int | None = None
+
+    def check(self) -> None:
+        check_nli_source(self.source)
+
+    def build(self, tokenizer: PreTrainedTokenizerBase) -> tuple[Dataset, int, LabelledViewCollator]:
+        pairs = load_nli_pairs(self.source, self.max_samples)
+        tokenized = tokenize_views(pairs, tokenizer, NLI_TEXT_COLUMNS, self.max_seq_length, self.num_proc)
+        tokenized = tokenized.add_column("labels", pairs["label"])
+        views = len(NLI_TEXT_COLUMNS)
+        return tokenized, views, LabelledViewCollator(tokenizer, views, self.pad_to_multiple_of)
