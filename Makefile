@@ -8,8 +8,11 @@ TORCH_SPEC ?= torch==2.13.0
 HF_SENTCL_DATA ?= $(abspath ../shared/data/senteval)
 export HF_SENTCL_DATA
 export HF_HUB_OFFLINE ?= 1
+# CLEAR's synonym substitution reads the WordNet 3.0 database; Debian/Ubuntu's wordnet-base package puts it here.
+WORDNET_DIR ?= /usr/share/wordnet
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: install quickstart test clean
+.PHONY: install quickstart test clean wordnet
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +20,15 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	touch $@
 
-install: $(BIN)/.installed
+wordnet:
+	@if [ -f "$(WORDNET_DIR)/index.noun" ]; then :; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+		$(SUDO) apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends wordnet-base; \
+	else echo "warning: no WordNet database in $(WORDNET_DIR) and no apt-get to install wordnet-base; CLEAR's" \
+		"'subs' augmentation and tests/test_wordnet.py need WordNet 3.0 files there (or set WORDNET_DIR)." >&2; fi
+
+install: $(BIN)/.installed wordnet
 
 quickstart: install
 	$(BIN)/python -m hf_sentcl.run recipes/quickstart.yaml
