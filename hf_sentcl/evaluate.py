@@ -1,22 +1,117 @@
-"""Evaluate an encoder on STS from the command line.
+"""Evaluate an encoder on STS and transfer tasks from the command line; the same suites end every training run.
 
-    python -m hf_sentcl.evaluate --model PATH_OR_HUB_ID --pooling mean --tasks sts --output results.json
+    python -m hf_sentcl.evaluate --model PATH_OR_HUB_ID --pooling mean --tasks sts,transfer --output results.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from hf_sentcl.defaults import EMBEDDED_MODEL_ALIAS, resolve_data_dir
-from hf_sentcl.evaluation.report import sts_markdown_table
+from hf_sentcl.evaluation.plots import stsb_predictions
+from hf_sentcl.evaluation.report import RUN_LABELS, sts_markdown_table, transfer_markdown_table
 from hf_sentcl.evaluation.sts import STS_MODES, STS_TASKS, STSEvaluator
+from hf_sentcl.evaluation.transfer import SENTEVAL_SEED, TRANSFER_TASKS, TransferEvaluator, transfer_summary
 from hf_sentcl.modeling import POOLING_MODES, SentenceEncoder
 
-KNOWN_SUITES = ("sts",)
+EVAL_SUITES = ("sts", "transfer")
+
+
+def check_suites(suites: Sequence[str]) -> None:
+    """Raise ValueError naming any suite that is not one of `EVAL_SUITES`."""
+    unknown = [s for s in suites if s not in EVAL_SUITES]
+    if unknown:
+        raise ValueError(f"unknown evaluation suite(s) {unknown}; known: {', '.join(EVAL_SUITES)}.")
+
+
+@dataclass
+class SuiteResults:
+    """What `EvaluationSuites` measured for one encoder; None for a suite that was not run."""
+
+    sts: dict[str, float] | None = None
+    #: gold scores and cosines of the STS-B test pairs (for the scatter plot), when STS-B was evaluated
+    stsb_predictions: dict[str, list[float]] | None = None
+    transfer: dict[str, float] | None = None
+    transfer_details: dict[str, dict[str, Any]] | None = None
+
+
+class EvaluationSuites:
+    """The final evaluation of an encoder: STS (7 tasks) and/or transfer tasks, from one SentEval data directory.
+
+    All data is read here, so a missing file fails before any model is loaded or trained.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike | None,
+        suites: Sequence[str],
+        *,
+        sts_tasks: Sequence[str] = STS_TASKS,
+        sts_mode: str = "all",
+        sick_split: str | None = None,
+        transfer_tasks: Sequence[str] = TRANSFER_TASKS,
+        kfold: int = 10,
+        seed: int = SENTEVAL_SEED,
+        probe_jobs: int = 1,
+    ):
+        check_suites(suites)
+        self.suites = tuple(suites)
+        self.sts_mode = sts_mode
+        self.sts = (
+            STSEvaluator(data_dir, tasks=tuple(sts_tasks), mode=sts_mode, sick_split=sick_split)
+            if "sts" in suites else None
+        )
+        self.transfer = (
+            TransferEvaluator(data_dir, tasks=tuple(transfer_tasks), kfold=kfold, seed=seed, n_jobs=probe_jobs)
+            if "transfer" in suites else None
+        )
+
+    def __call__(self, encoder, batch_size: int = 128, bf16: bool = False) -> SuiteResults:
+        results = SuiteResults()
+        if self.sts is not None:
+            embeddings = self.sts.embed(encoder, batch_size=batch_size, bf16=bf16)
+            results.sts = self.sts.score(embeddings)
+            if "STSBenchmark" in self.sts.data:
+                results.stsb_predictions = stsb_predictions(self.sts, embeddings)
+        if self.transfer is not None:
+            results.transfer_details = self.transfer(encoder, batch_size=batch_size, bf16=bf16)
+            results.transfer = transfer_summary(results.transfer_details)
+        return results
+
+
+def markdown_report(rows: Mapping[str, SuiteResults], sts_mode: str) -> str:
+    """The STS and transfer tables (those that were run) of labelled results, one row per label."""
+    tables = []
+    sts = {label: r.sts for label, r in rows.items() if r.sts is not None}
+    if sts:
+        tables.append(sts_markdown_table(sts, sts_mode))
+    transfer = {label: r.transfer for label, r in rows.items() if r.transfer is not None}
+    if transfer:
+        tables.append(transfer_markdown_table(transfer))
+    return "\n\n".join(tables)
+
+
+def run_results(final: Mapping[str, SuiteResults]) -> dict[str, Any]:
+    """A run's `results.json` entries from its 'before'/'after' evaluations (`RUN_LABELS`): `sts` (always, maybe
+    empty) and, when transfer tasks ran, `transfer` (table rows) and `transfer_details` (per-task probe results)."""
+    results: dict[str, Any] = {"sts": {k: r.sts for k, r in final.items() if r.sts is not None}}
+    transfer = {k: r.transfer for k, r in final.items() if r.transfer is not None}
+    if transfer:
+        results["transfer"] = transfer
+        results["transfer_details"] = {k: r.transfer_details for k, r in final.items() if r.transfer is not None}
+    return results
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+def _names(value: str) -> list[str]:
+    return [s.strip() for s in value.split(",") if s.strip()]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,12 +122,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="Pooling to evaluate with (default: the saved encoder's, or 'cls' for a plain backbone).",
     )
     parser.add_argument("--pooling-layer", type=int, default=None, help="Hidden-state index for cls/mean/max.")
-    parser.add_argument("--tasks", default="sts", help="Comma-separated suites: sts.")
+    parser.add_argument("--tasks", default="sts", help=f"Comma-separated suites: {', '.join(EVAL_SUITES)}.")
     parser.add_argument("--sts-tasks", default=",".join(STS_TASKS), help="Subset of the 7 STS tasks.")
     parser.add_argument("--sts-mode", choices=STS_MODES, default="all", help="How STS12-16 subsets combine.")
     parser.add_argument(
         "--sick-split", choices=("test", "all"), default="test",
         help="SICK-R pairs: SentEval's test split (papers) or all 9,927 pairs (MTEB's SICK-R).",
+    )
+    parser.add_argument(
+        "--transfer-tasks", default=",".join(TRANSFER_TASKS), help="Subset of the 7 transfer tasks."
+    )
+    parser.add_argument("--kfold", type=int, default=10, help="Folds of the transfer probes' cross-validation.")
+    parser.add_argument(
+        "--probe-jobs", type=int, default=1, help="Processes fitting transfer probes in parallel (same results)."
     )
     parser.add_argument("--data-dir", default=None, help="SentEval-format directory (default: $HF_SENTCL_DATA).")
     parser.add_argument("--batch-size", type=int, default=128)
@@ -44,16 +146,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    suites = [s.strip() for s in args.tasks.split(",") if s.strip()]
-    unknown = [s for s in suites if s not in KNOWN_SUITES]
-    if unknown:
-        print(f"error: --tasks: unknown suite(s) {unknown}; known: {', '.join(KNOWN_SUITES)}.", file=sys.stderr)
+    suites = _names(args.tasks)
+    try:
+        check_suites(suites)
+    except ValueError as err:
+        print(f"error: --tasks: {err}", file=sys.stderr)
         return 2
     try:
-        data_dir = resolve_data_dir(args.data_dir)
-        evaluator = STSEvaluator(
-            data_dir, tasks=tuple(t for t in args.sts_tasks.split(",") if t), mode=args.sts_mode,
-            sick_split=args.sick_split,
+        evaluation = EvaluationSuites(
+            resolve_data_dir(args.data_dir), suites, sts_tasks=_names(args.sts_tasks), sts_mode=args.sts_mode,
+            sick_split=args.sick_split, transfer_tasks=_names(args.transfer_tasks), kfold=args.kfold,
+            probe_jobs=args.probe_jobs,
         )
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -65,20 +168,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     encoder = SentenceEncoder.load(args.model, **overrides)
     import torch
 
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    encoder.to(device)
-    scores = evaluator(encoder, batch_size=args.batch_size, bf16=args.bf16)
+    encoder.to(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    measured = evaluation(encoder, batch_size=args.batch_size, bf16=args.bf16)
     pooling = encoder.config.active_pooling(training=False)
-    results = {
+    results: dict[str, Any] = {
         "model": args.model,
         "pooling": pooling,
         "pooling_layer": encoder.config.pooling_layer,
+        "tasks": suites,
         "sts_mode": args.sts_mode,
         "sick_split": args.sick_split,
         "precision": "bf16" if args.bf16 else "fp32",
-        **{k: round(v, 4) for k, v in scores.items()},
+        # STS scores stay top-level keys, as before transfer tasks existed
+        **{k: round(v, 4) for k, v in (measured.sts or {}).items()},
     }
-    table = sts_markdown_table({f"{args.model} ({pooling})": scores}, args.sts_mode)
+    if measured.transfer is not None:
+        results["transfer"] = {k: round(v, 4) for k, v in measured.transfer.items()}
+        results["transfer_details"] = measured.transfer_details
+        results["kfold"] = args.kfold
+    table = markdown_report({f"{args.model} ({pooling})": measured}, args.sts_mode)
     print(table)
     if args.output:
         output = Path(args.output)

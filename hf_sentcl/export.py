@@ -46,9 +46,11 @@ from safetensors.torch import save_file
 from torch import nn
 from transformers import AutoConfig, PreTrainedModel
 
+from hf_sentcl.evaluation.plots import PLOTS_DIRNAME
 from hf_sentcl.model_card import load_results, package_version, write_model_card, write_mteb_results
 from hf_sentcl.modeling import SentenceEncoder, SentenceEncoderConfig
 from hf_sentcl.modeling.heads import MLPHead
+from hf_sentcl.modeling.peft import save_adapter
 from hf_sentcl.modeling.pooling import masked_max, masked_mean
 
 logger = logging.getLogger("hf_sentcl")
@@ -411,16 +413,27 @@ def verify_export(
 
 
 # ------------------------------------------------------------------------------------------------ end of a run
+def copy_plots(run_dir: str | Path, export_dir: str | Path) -> list[Path]:
+    """Copy a run's figures (`run_dir/plots/*.png`) to `export_dir/plots/`, where the model card's relative image
+    links point, so they show on the Hub too. Returns the copies."""
+    pngs = sorted((Path(run_dir) / PLOTS_DIRNAME).glob("*.png"))
+    if pngs:
+        (Path(export_dir) / PLOTS_DIRNAME).mkdir(parents=True, exist_ok=True)
+    return [Path(shutil.copy2(png, Path(export_dir) / PLOTS_DIRNAME / png.name)) for png in pngs]
+
+
 def export_run(
     encoder: SentenceEncoder,
     results: dict[str, Any],
     output_dir: str | Path,
     repo_id: str | None = None,
 ) -> tuple[Path, ExportPlan]:
-    """Export a run's final encoder to `output_dir/export`, write its model card there from `results`, and the
-    MTEB-protocol STS scores to `output_dir/mteb_results` (mteb results-folder layout). Returns (folder, plan)."""
+    """Export a run's final encoder to `output_dir/export`, write its model card there from `results` (with the
+    run's plots), and the MTEB-protocol STS scores to `output_dir/mteb_results` (mteb results-folder layout).
+    Returns (folder, plan)."""
     export_dir = Path(output_dir) / EXPORT_DIRNAME
     plan = export_encoder(encoder, export_dir, overwrite=True)
+    copy_plots(output_dir, export_dir)
     write_model_card(export_dir, plan, results, repo_id=repo_id)
     write_mteb_results(Path(output_dir) / MTEB_RESULTS_DIRNAME, results, export_dir, plan, repo_id=repo_id)
     return export_dir, plan
@@ -462,6 +475,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--mteb-results", default=None,
         help="Also write the MTEB-protocol STS scores in the mteb results-folder layout under this folder.",
     )
+    parser.add_argument(
+        "--adapter", default=None,
+        help="Also save the LoRA adapter alone to this folder (for a checkpoint trained with a 'peft' section and "
+        "saved before the end of the run; the export itself always has the adapters merged).",
+    )
     parser.add_argument("--overwrite", action="store_true", help="Replace an earlier export in OUT.")
     parser.add_argument("--no-verify", action="store_true", help="Skip reloading the export to check its embeddings.")
     parser.add_argument(
@@ -495,11 +513,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         results_path = Path(args.results) if args.results else find_results(checkpoint)
         results = load_results(results_path) if results_path else {}
         encoder = load_checkpoint(checkpoint)
+        adapter = save_adapter(encoder, args.adapter) if args.adapter else None
         probes = read_probe_sentences(args.probe_file, args.probe_count) if args.probe_file else PROBE_SENTENCES
         plan = export_encoder(encoder, args.out, overwrite=args.overwrite, verify=False)
         differences = (
             None if args.no_verify else verify_export(encoder, args.out, plan, probes, tolerance=args.tolerance)
         )
+        copy_plots(results_path.parent if results_path else checkpoint, args.out)
         card = write_model_card(args.out, plan, results, repo_id=args.repo_id)
         mteb_folder = (
             write_mteb_results(args.mteb_results, results, args.out, plan, repo_id=args.repo_id)
@@ -515,6 +535,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"Model card: {card}" + ("" if results else " (no results.json found: the card has no result tables)"))
     if mteb_folder:
         print(f"MTEB results: {mteb_folder}")
+    if adapter:
+        print(f"LoRA adapter: {adapter}")
     return 0
 
 

@@ -26,7 +26,8 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from hf_sentcl.defaults import EMBEDDED_MODEL_ALIAS
-from hf_sentcl.evaluation.report import SHORT_NAMES, sts_markdown_table
+from hf_sentcl.evaluation.plots import PLOT_CAPTIONS, PLOTS_DIRNAME
+from hf_sentcl.evaluation.report import RUN_LABELS, SHORT_NAMES, sts_markdown_table, transfer_markdown_table
 from hf_sentcl.evaluation.sts import STS_TASKS, STSEvaluator
 
 if TYPE_CHECKING:
@@ -312,16 +313,6 @@ def mteb_eval_results(scores: Mapping[str, float]) -> list[EvalResult]:
     ]
 
 
-def transfer_markdown_table(transfer: Mapping[str, Any]) -> str:
-    """A Markdown table of transfer accuracies: `{task: acc}` or `{label: {task: acc}}`."""
-    rows = transfer if all(isinstance(v, Mapping) for v in transfer.values()) else {"accuracy": transfer}
-    tasks = list(dict.fromkeys(t for r in rows.values() for t in r))
-    lines = ["| | " + " | ".join(tasks) + " |", "|---|" + "---:|" * len(tasks)]
-    for label, result in rows.items():
-        lines.append(f"| {label} | " + " | ".join(f"{result[t]:.2f}" if t in result else "" for t in tasks) + " |")
-    return "\n".join(lines)
-
-
 def transformers_snippet(plan: ExportPlan, model_id: str) -> str:
     """Plain-transformers usage: `embed(sentences)` reproduces the sentence-transformers/hf_sentcl vectors."""
     needs_layers = plan.layer_weights is not None
@@ -402,6 +393,15 @@ def _mteb_markdown_table(scores: Mapping[str, float]) -> str:
     return "\n".join([header, rule, "| after training | " + " | ".join(f"{scores[t]:.2f}" for t in tasks) + " |"])
 
 
+def _transfer_table(transfer: Mapping[str, Any] | None, labels: Mapping[str, str]) -> str | None:
+    """The card's transfer table: flat `{task: acc}` or per run label (`before`/`after`, shown as `labels`)."""
+    if not transfer:
+        return None
+    if all(isinstance(v, Mapping) for v in transfer.values()):
+        transfer = {labels.get(k, k): v for k, v in transfer.items()}
+    return transfer_markdown_table(transfer, note=False)
+
+
 DEV_COLUMNS = {"eval_stsb_spearman": "STS-B dev Spearman × 100", "eval_alignment": "alignment",
                "eval_uniformity": "uniformity"}
 
@@ -449,12 +449,14 @@ def render_model_card(
     model_id: str,
     repo_id: str | None = None,
     model_name: str | None = None,
+    plots: Sequence[str] = (),
     template_path: str | os.PathLike = TEMPLATE_PATH,
 ) -> ModelCard:
     """Render the model card of an export from the run's results dict (which may be empty).
 
     `model_id` is what the usage snippets load; `model_name` (default: the last part of `repo_id`/`model_id`) is
-    the card's title and the model-index name.
+    the card's title and the model-index name. `plots` are PNG paths relative to the export folder, shown as
+    images with their `PLOT_CAPTIONS`.
     """
     from hf_sentcl.trainers.registry import METHODS
 
@@ -462,7 +464,7 @@ def render_model_card(
     method = results.get("method")
     settings = results.get("recipe_settings") or {}
     sts = results.get("sts") or {}
-    labels = {"before": "before training", "after": "after training"}
+    labels = RUN_LABELS
     sts_table = (
         sts_markdown_table({labels.get(k, k): v for k, v in sts.items()}, results.get("sts_mode", "all"))
         if sts else None
@@ -492,7 +494,8 @@ def render_model_card(
         sts_table=sts_table,
         sts_mode=results.get("sts_mode"),
         mteb_table=_mteb_markdown_table(mteb_scores) if mteb_scores else None,
-        transfer_table=transfer_markdown_table(results["transfer"]) if results.get("transfer") else None,
+        transfer_table=_transfer_table(results.get("transfer"), labels),
+        plots=[{"path": p, "caption": PLOT_CAPTIONS.get(Path(p).name, Path(p).stem.replace("_", " "))} for p in plots],
         precision=results.get("precision"),
         versions=results.get("versions") or library_versions(),
         transformers_snippet=transformers_snippet(plan, model_id),
@@ -504,11 +507,16 @@ def render_model_card(
 def write_model_card(
     out_dir: str | os.PathLike, plan: ExportPlan, results: Mapping[str, Any], repo_id: str | None = None
 ) -> Path:
-    """Render the card into `out_dir/README.md`; snippets load `repo_id` or, without one, the folder itself."""
+    """Render the card into `out_dir/README.md`; snippets load `repo_id` or, without one, the folder itself. PNGs in
+    `out_dir/plots/` (copied there by the export) are shown in the card."""
     out_dir = Path(out_dir).resolve()
     local_name = out_dir.parent.name if out_dir.name == "export" else out_dir.name  # a run's output_dir/export
+    order = {name: i for i, name in enumerate(PLOT_CAPTIONS)}  # known plots in caption order, others after them
+    pngs = sorted((out_dir / PLOTS_DIRNAME).glob("*.png"), key=lambda p: (order.get(p.name, len(order)), p.name))
+    plots = [p.relative_to(out_dir).as_posix() for p in pngs]
     card = render_model_card(
-        plan, results, model_id=repo_id or str(out_dir), repo_id=repo_id, model_name=None if repo_id else local_name
+        plan, results, model_id=repo_id or str(out_dir), repo_id=repo_id, model_name=None if repo_id else local_name,
+        plots=plots,
     )
     path = out_dir / "README.md"
     card.save(path)

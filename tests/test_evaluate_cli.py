@@ -84,7 +84,7 @@ def test_data_dir_from_environment(tmp_path, tiny_bert_dir, senteval_dir, monkey
     assert "STSBenchmark" in json.loads(output.read_text())
 
 
-@pytest.mark.parametrize("flag, value, message", [("--tasks", "transfer", "transfer"),
+@pytest.mark.parametrize("flag, value, message", [("--tasks", "sts,paraphrase", "paraphrase"),
                                                    ("--sts-tasks", "STS17", "STS17")])
 def test_unknown_suite_or_task_returns_2(tiny_bert_dir, senteval_dir, capsys, flag, value, message):
     """Unknown suites and STS task names exit 2 naming them."""
