@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import warnings
 from dataclasses import dataclass, field
 
 from transformers import TrainingArguments
@@ -38,6 +40,30 @@ class ModelArguments:
     attn_implementation: str | None = field(
         default=None, metadata={"help": "Attention kernel passed to from_pretrained (eager, sdpa, ...)."}
     )
+    dropout: float | None = field(
+        default=None,
+        metadata={
+            "help": "Set every dropout probability in the backbone's config (hidden_dropout_prob, "
+            "attention_probs_dropout_prob, ...) to this value; unset keeps the checkpoint's. 0 makes a run "
+            "deterministic, e.g. to compare 1 and N processes (SimCSE then has no positive-pair noise)."
+        },
+    )
+    peft: dict | None = field(
+        default=None,
+        metadata={
+            "help": "Train LoRA adapters instead of the whole backbone: a mapping of peft.LoraConfig keys (r, "
+            "lora_alpha, lora_dropout, target_modules, ...). target_modules defaults to peft's choice for the "
+            "architecture (query/value for BERT and RoBERTa). The saved encoder has the adapters merged."
+        },
+    )
+
+    def __post_init__(self):
+        if self.dropout is not None and not 0 <= self.dropout < 1:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}.")
+        if self.peft is not None:
+            from hf_sentcl.modeling.peft import check_lora_settings
+
+            self.peft = check_lora_settings(self.peft)
 
 
 @dataclass
@@ -73,12 +99,26 @@ class DataArguments:
     preprocessing_num_workers: int | None = field(
         default=None, metadata={"help": "Processes used to tokenise the training data."}
     )
+    pad_to_multiple_of: int | None = field(
+        default=None,
+        metadata={
+            "help": "Round every training batch's padded length up to a multiple of this (plain-text views). Unset: "
+            "pad to the batch's longest sentence. A few fixed lengths (e.g. 8 with max_seq_length 32) bound the "
+            "recompilations of torch_compile. Padding is masked out, but dropout then draws its masks for a larger "
+            "tensor, so a run is not bit-identical to one without it (statistically the same)."
+        },
+    )
     sts_data_dir: str | None = field(
         default=None,
         metadata={"help": "SentEval-format data directory (STS/, SICK/, ...). Defaults to $HF_SENTCL_DATA."},
     )
     eval_tasks: list[str] = field(
-        default_factory=lambda: ["sts"], metadata={"help": "Final evaluation suites to run: 'sts'."}
+        default_factory=lambda: ["sts"],
+        metadata={
+            "help": "Final evaluation suites, run before (with eval_before_training) and after training: 'sts' (7 STS "
+            "tasks, Spearman) and 'transfer' (MR, CR, SUBJ, MPQA, SST-2, TREC, MRPC logistic-regression probes, "
+            "SentEval protocol; minutes on a CPU)."
+        },
     )
     sts_mode: str = field(default="all", metadata={"help": "STS12-16 averaging: all, mean or wmean."})
     eval_before_training: bool = field(
@@ -87,6 +127,10 @@ class DataArguments:
     eval_bf16: bool = field(
         default=False, metadata={"help": "Encode evaluation sentences under bf16 autocast (faster, ~0.1 pt)."}
     )
+
+    def __post_init__(self):
+        if self.pad_to_multiple_of is not None and self.pad_to_multiple_of < 1:
+            raise ValueError(f"pad_to_multiple_of must be a positive number of tokens, got {self.pad_to_multiple_of}.")
 
 
 @dataclass
@@ -114,6 +158,13 @@ class SentCLTrainingArguments(TrainingArguments):
     )
     greater_is_better: bool | None = field(default=True, metadata={"help": "Whether a higher metric is better."})
     logging_steps: float = field(default=10, metadata={"help": "Steps between loss logs."})
+    logging_nan_inf_filter: bool = field(
+        default=False,
+        metadata={
+            "help": "Trainer's filter that logs a NaN/inf step's loss as the running mean. It reads every step's loss "
+            "on the host (a device sync per step on GPU), so it is off: a NaN loss shows in the log as NaN."
+        },
+    )
     remove_unused_columns: bool = field(
         default=False, metadata={"help": "Keep False: the collator needs the tokenised views."}
     )
@@ -122,12 +173,106 @@ class SentCLTrainingArguments(TrainingArguments):
         default=True, metadata={"help": "Checkpoints hold the weights only (no optimizer state)."}
     )
     push_to_hub: bool = field(default=False, metadata={"help": "Upload the exported encoder at the end."})
+    ddp_find_unused_parameters: bool | None = field(
+        default=False,
+        metadata={
+            "help": "DDP's search for parameters unused by the forward. Off: every trained weight gets a gradient "
+            "each step (the trainer freezes the backbone's unused pooler), and methods apply heads and "
+            "regularizers outside the encoder's forward, which the search would reject ('marked ready twice')."
+        },
+    )
+    global_train_batch_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Sentences per step over all processes, i.e. the in-batch negatives: per_device_train_batch_size "
+            "becomes this / the number of processes, so the negatives stay the same on 1 or N processes. Must be "
+            "divisible by the number of processes."
+        },
+    )
+    mini_batch_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Cached (GradCache) step: encode each process's batch in mini-batches of this many examples, "
+            "first without activations, then again with the same dropout masks to back-propagate; a large batch of "
+            "negatives in the memory of a small one, same gradients. Unset: one forward over the batch."
+        },
+    )
+    length_buckets: int | None = field(
+        default=None,
+        metadata={
+            "help": "Encode each training batch in this many length-sorted sub-batches, each padded only to its own "
+            "longest sentence (less padding compute; e.g. 4 on CPU). The in-batch negatives stay the same; dropout "
+            "draws its masks per sub-batch, so a run is not bit-identical to one without it. Unset: one forward. "
+            "Methods that encode their views in their own way (ConSERT, CLEAR) refuse it."
+        },
+    )
+    export_adapter: bool = field(
+        default=False,
+        metadata={
+            "help": "With a 'peft' section: also save the trained LoRA adapter alone in <output_dir>/adapter "
+            "(PeftModel.from_pretrained loads it); the encoder is always saved with the adapters merged."
+        },
+    )
 
     def __post_init__(self):
-        # bf16 on a machine without an accelerator means CPU autocast; TrainingArguments wants that said.
-        if self.bf16 and not self.use_cpu and not _has_accelerator():
+        follow_launcher_precision(self)
+        # Without an accelerator, say use_cpu: TrainingArguments then runs bf16 as CPU autocast, and under
+        # torchrun / accelerate launch sets up multi-CPU data parallelism (otherwise every process trains alone).
+        if not self.use_cpu and not _has_accelerator():
             self.use_cpu = True
         super().__post_init__()
+        if self.bf16 and self.use_cpu and not _cpu_has_bf16():
+            warnings.warn(
+                "bf16: this CPU has no native bf16 instructions (avx512_bf16 / AMX), so bf16 autocast is emulated and "
+                "trains slower than fp32; set 'bf16: false' on this machine.",
+                stacklevel=2,
+            )
+        if self.length_buckets is not None and self.length_buckets < 1:
+            raise ValueError(f"length_buckets must be a positive number of sub-batches, got {self.length_buckets}.")
+        if self.mini_batch_size is not None and self.mini_batch_size < 1:
+            raise ValueError(f"mini_batch_size must be a positive number of examples, got {self.mini_batch_size}.")
+        if self.global_train_batch_size is not None:
+            self.per_device_train_batch_size = per_device_batch_size(self.global_train_batch_size, self.world_size)
+
+
+def per_device_batch_size(global_batch: int, processes: int) -> int:
+    """The per-process batch that gives `global_batch` sentences (in-batch negatives) over `processes` processes."""
+    if global_batch < 1 or global_batch % processes:
+        raise ValueError(
+            f"global_train_batch_size={global_batch} cannot be split evenly over {processes} process(es); use a "
+            f"multiple of {processes} (or change the number of processes)."
+        )
+    return global_batch // processes
+
+
+LAUNCHER_PRECISION_ENV = "ACCELERATE_MIXED_PRECISION"
+
+
+def follow_launcher_precision(args: TrainingArguments) -> None:
+    """Take mixed precision from `accelerate launch` (its config's `mixed_precision`) unless the recipe sets it.
+
+    The launcher exports its choice; TrainingArguments would honour it for autocast but leave `bf16`/`fp16` False,
+    so evaluation and the model card would not know. A recipe that asks for the other precision is an error
+    rather than a silent choice. `mixed_precision: 'no'` in a launcher config means: follow the recipe.
+    """
+    launcher = os.environ.get(LAUNCHER_PRECISION_ENV, "no").lower()
+    if launcher not in ("bf16", "fp16"):
+        return
+    other = "fp16" if launcher == "bf16" else "bf16"
+    if getattr(args, other):
+        raise ValueError(
+            f"key '{other}' is true but the accelerate config launches with mixed_precision '{launcher}'; remove "
+            f"'{other}' from the recipe or use a config with the precision you want (e.g. ddp.yaml, which follows "
+            "the recipe)."
+        )
+    setattr(args, launcher, True)
+
+
+def _cpu_has_bf16() -> bool:
+    """Whether oneDNN has native bf16 kernels on this CPU (what makes CPU bf16 autocast faster than fp32)."""
+    import torch
+
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 def _has_accelerator() -> bool:

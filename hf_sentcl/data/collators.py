@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 
 import torch
 from transformers import PreTrainedTokenizerBase
@@ -10,23 +11,63 @@ from transformers import PreTrainedTokenizerBase
 from hf_sentcl.data.corpus import VIEW_PREFIX
 
 
+def pad_token_ids(
+    sequences: list[list[int]],
+    pad_token_id: int,
+    padding_side: str = "right",
+    pad_to_multiple_of: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pad token-id lists into `input_ids` and `attention_mask` (n, length) int64 tensors, as `tokenizer.pad` does.
+
+    `tokenizer.pad` builds a Python dict per sequence and pads list by list; this fills one tensor through a
+    boolean mask of the real-token positions (row-major order = the order of the concatenated ids), about ten
+    times faster on a training batch, which matters because collation runs on the training loop's thread.
+    """
+    if padding_side not in ("right", "left"):
+        raise ValueError(f"padding_side must be 'right' or 'left', got {padding_side!r}.")
+    lengths = torch.tensor([len(ids) for ids in sequences], dtype=torch.long)
+    longest = int(lengths.max()) if len(sequences) else 0
+    if pad_to_multiple_of and longest % pad_to_multiple_of:
+        longest += pad_to_multiple_of - longest % pad_to_multiple_of
+    positions = torch.arange(longest)
+    if padding_side == "right":
+        real = positions < lengths[:, None]
+    else:
+        real = positions >= (longest - lengths)[:, None]
+    input_ids = torch.full((len(sequences), longest), pad_token_id, dtype=torch.long)
+    input_ids[real] = torch.tensor(list(chain.from_iterable(sequences)), dtype=torch.long)
+    return input_ids, real.long()
+
+
 @dataclass
 class ViewCollator:
     """Pad every view of every example to the batch's longest sequence (dynamic padding).
 
     Returns `input_ids` and `attention_mask` of shape (batch, num_views, length); trainers flatten the views
-    into one forward pass.
+    into one forward pass. Padding follows the tokenizer (`pad_token_id`, `padding_side`) and gives the same tensors
+    as `tokenizer.pad`; `pad_to_multiple_of` rounds the length up (fewer distinct shapes, e.g. for torch.compile).
     """
 
     tokenizer: PreTrainedTokenizerBase
     num_views: int = 1
     pad_to_multiple_of: int | None = None
 
+    def __post_init__(self):
+        if self.tokenizer.pad_token_id is None:
+            raise ValueError(
+                f"The tokenizer ({type(self.tokenizer).__name__}) has no pad token, so batches cannot be padded; "
+                "set tokenizer.pad_token (e.g. to its eos or unk token) before training."
+            )
+        if self.pad_to_multiple_of is not None and self.pad_to_multiple_of < 1:
+            raise ValueError(f"pad_to_multiple_of must be a positive length, got {self.pad_to_multiple_of}.")
+
     def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
-        flat = [{"input_ids": f[f"{VIEW_PREFIX}{v}"]} for v in range(self.num_views) for f in features]
-        padded = self.tokenizer.pad(flat, return_tensors="pt", pad_to_multiple_of=self.pad_to_multiple_of)
+        sequences = [f[f"{VIEW_PREFIX}{v}"] for v in range(self.num_views) for f in features]  # view-major
+        input_ids, attention_mask = pad_token_ids(
+            sequences, self.tokenizer.pad_token_id, self.tokenizer.padding_side, self.pad_to_multiple_of
+        )
         batch = len(features)
         return {
-            key: padded[key].view(self.num_views, batch, -1).transpose(0, 1).contiguous()
-            for key in ("input_ids", "attention_mask")
+            key: value.view(self.num_views, batch, -1).transpose(0, 1).contiguous()
+            for key, value in (("input_ids", input_ids), ("attention_mask", attention_mask))
         }

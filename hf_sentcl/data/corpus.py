@@ -89,3 +89,23 @@ def tokenize_views(
         remove_columns=dataset.column_names,
         desc="Tokenising training text",
     )
+
+
+def add_length_column(dataset: Dataset, num_views: int, column: str = "length") -> Dataset:
+    """Add each example's longest view (in tokens) as `column`.
+
+    transformers' length-grouped samplers (`train_sampling_strategy: group_by_length` / `batch_rebalance`) read
+    lengths from `length_column_name`; without it they look for an `input_ids` column, which view datasets do not
+    have.
+    """
+    names = [f"{VIEW_PREFIX}{v}" for v in range(num_views)]
+    missing = [n for n in names if n not in dataset.column_names]
+    if missing:
+        raise ValueError(
+            f"add_length_column: the dataset has no view column(s) {missing}; it has {dataset.column_names}."
+        )
+
+    def lengths(batch):
+        return {column: [max(map(len, views)) for views in zip(*(batch[n] for n in names))]}
+
+    return dataset.map(lengths, batched=True, desc="Measuring view lengths")

@@ -1,0 +1,145 @@
+"""Training cost of SG, SG-OPT and ConSERT relative to SimCSE: steps per second and peak memory.
+
+    HF_SENTCL_DATA=/path/to/senteval python benchmarks/method_cost.py --rounds 3 [--steps 20] [--threads N]
+        [--methods simcse,sg,sg-opt,consert] [--precision bf16] [--output cost.json]
+
+Every method trains from its own MiniLM recipe (SimCSE: recipes/quickstart.yaml, [CLS] + MLP head; SG and SG-OPT:
+recipes/sg_opt_minilm.yaml with `objective: sg` / `sg-opt`, frozen copy, 4096-wide projection head; ConSERT:
+recipes/consert_minilm.yaml, shuffle + feature cutoff, no encoder dropout), with what sets the cost made equal: the
+same first sentences of the Wikipedia subset (`$HF_SENTCL_DATA/../wiki1m_subset.txt` or --train-file), batch size,
+max_len, precision, seed and number of optimizer steps, and no evaluation or saving. Throughput and memory are
+measured as in `train_vs_sentence_transformers.py` (`training_cost.RunCost`: steps per second of the training steps
+alone, first step left out; process CPU time of the same steps; peak memory = the resident-set high-water mark
+during training minus the resident set before the run built its model, so it holds the model, the method's own
+modules (SG's frozen copy and 4096-wide head), the optimizer state and the activations). Methods run alternately
+(A B C D, D C B A, ...) for --rounds rounds; medians and the ratios to SimCSE are printed. A method whose trainer
+cannot be imported is reported and skipped. Timings mean something on an otherwise idle machine; CPU time per step
+is steadier on a shared one (--threads 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import datasets
+import torch
+from training_cost import alternating, medians, ratio, train_measured, trainer_from_recipe
+
+from hf_sentcl.defaults import resolve_data_dir
+from hf_sentcl.parser import Recipe, parse_recipe
+from hf_sentcl.trainers.registry import get_method
+
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+#: method label -> (recipe file, the method's own overrides)
+METHODS: dict[str, tuple[str, dict]] = {
+    "simcse": ("quickstart.yaml", {}),
+    "sg": ("sg_opt_minilm.yaml", {"objective": "sg", "early_stopping_patience": None}),
+    "sg-opt": ("sg_opt_minilm.yaml", {"objective": "sg-opt", "early_stopping_patience": None}),
+    "consert": ("consert_minilm.yaml", {}),
+}
+BASELINE = "simcse"
+
+
+def method_recipe(name: str, args: argparse.Namespace, output_dir: str) -> Recipe:
+    """The method's recipe with the cost-setting keys made equal across methods."""
+    recipe_file, own = METHODS[name]
+    common = dict(
+        unlabeled_sts=None, train_file=args.train_file, max_train_samples=args.steps * args.batch_size,
+        max_seq_length=args.max_seq_length, per_device_train_batch_size=args.batch_size, max_steps=args.steps,
+        bf16=args.precision == "bf16", seed=args.seed, eval_strategy="no", save_strategy="no",
+        load_best_model_at_end=False, logging_steps=10, disable_tqdm=True, eval_tasks=[], output_dir=output_dir,
+    )
+    return parse_recipe(RECIPES / recipe_file, **common, **own)
+
+
+def importable(recipes: dict[str, Recipe]) -> dict[str, Recipe]:
+    """The recipes whose method's trainer imports; the others are reported (e.g. a trainer still being written)."""
+    usable = {}
+    for name, recipe in recipes.items():
+        try:
+            get_method(recipe.method).trainer_class  # noqa: B018 - imports the trainer module
+        except Exception as err:  # noqa: BLE001 - any import failure means: benchmark the others
+            print(f"skipping {name} ({recipe.source}): its trainer does not import: {err!r}", flush=True)
+            continue
+        usable[name] = recipe
+    if BASELINE not in usable:
+        raise SystemExit("SimCSE, the baseline of the ratios, is not available.")
+    return usable
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--methods", default=",".join(METHODS), help=f"Comma-separated, from: {', '.join(METHODS)}.")
+    parser.add_argument("--train-file", default=None, help="Default: $HF_SENTCL_DATA/../wiki1m_subset.txt")
+    parser.add_argument("--steps", type=int, default=20, help="Optimizer steps per run (the first is warm-up).")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--max-seq-length", type=int, default=32)
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="bf16")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
+                        help="torch.set_num_threads (default: every core this process may use).")
+    parser.add_argument("--output", default=None, help="Also write every measurement as JSON here.")
+    args = parser.parse_args(argv)
+    args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [m for m in args.methods if m not in METHODS]
+    if unknown:
+        raise SystemExit(f"--methods: unknown {unknown}; choose from {', '.join(METHODS)}.")
+    if BASELINE not in args.methods:
+        args.methods.insert(0, BASELINE)
+    if args.steps < 2 or args.rounds < 1 or args.threads < 1:
+        raise SystemExit("--steps must be at least 2 (the first step is not timed); --rounds and --threads >= 1.")
+    if args.train_file is None:
+        args.train_file = str(resolve_data_dir(None).parent / "wiki1m_subset.txt")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    datasets.disable_progress_bars()
+    workdir = tempfile.mkdtemp(prefix="hf_sentcl_method_cost_")
+    recipes = importable({name: method_recipe(name, args, workdir) for name in args.methods})  # before any training
+    names = list(recipes)
+    runs: dict[str, list[dict]] = {name: [] for name in names}
+    for round_index, order in alternating(names, args.rounds):
+        for name in order:
+            result, _ = train_measured(lambda: trainer_from_recipe(recipes[name]), args.batch_size)
+            result["steps_per_second"] = 1 / result["train_step_seconds"] if result["train_step_seconds"] else None
+            runs[name].append(result)
+            print(f"round {round_index} {name:8s} step {result['train_step_seconds']:.3f} s "
+                  f"(CPU {result['train_step_cpu_seconds']:.3f} s), peak {result['run_peak_mb']:.0f} MiB, "
+                  f"loss {result['train_loss']:.4f}", flush=True)
+
+    summary = {name: medians(values) for name, values in runs.items()}
+    base = summary[BASELINE]
+    print(f"\nMedians over {args.rounds} round(s), {args.steps} steps each; {args.precision}, batch {args.batch_size}, "
+          f"max_len {args.max_seq_length}, {args.threads} thread(s). Ratios are method / SimCSE.")
+    print("| method | steps/s | step s | CPU s/step | peak MiB | x steps/s | x CPU s/step | x peak |\n"
+          "|---|---:|---:|---:|---:|---:|---:|---:|")
+    ratios = {}
+    for name in names:
+        row = summary[name]
+        ratios[name] = {
+            "steps_per_second_vs_simcse": ratio(base["train_step_seconds"], row["train_step_seconds"]),
+            "cpu_seconds_per_step_vs_simcse": ratio(row["train_step_cpu_seconds"], base["train_step_cpu_seconds"]),
+            "run_peak_vs_simcse": ratio(row.get("run_peak_mb"), base.get("run_peak_mb")),
+        }
+        r = ratios[name]
+        print(f"| {name} | {1 / row['train_step_seconds']:.2f} | {row['train_step_seconds']:.3f} | "
+              f"{row['train_step_cpu_seconds']:.3f} | {row.get('run_peak_mb', float('nan')):.0f} | "
+              f"{r['steps_per_second_vs_simcse']:.2f}x | {r['cpu_seconds_per_step_vs_simcse']:.2f}x | "
+              f"{r['run_peak_vs_simcse'] or float('nan'):.2f}x |")
+    if args.output:
+        Path(args.output).write_text(json.dumps({"settings": vars(args), "runs": runs, "medians": summary,
+                                                 "ratios": ratios}, indent=2, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
