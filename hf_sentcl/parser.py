@@ -22,6 +22,8 @@ from hf_sentcl.configs import DataArguments, ModelArguments
 from hf_sentcl.trainers.registry import METHODS, get_method
 
 RECIPE_ONLY_KEYS = ("method",)
+#: two ways of saying how large the batch is; set on the command line, either replaces the other from the file
+BATCH_SIZE_KEYS = ("global_train_batch_size", "per_device_train_batch_size")
 
 
 class RecipeError(ValueError):
@@ -128,9 +130,12 @@ def _try_convert(value: Any, option: Any) -> Any:
     if origin is str:
         return value if isinstance(value, str) else _FAIL
     if origin in (list, Sequence, tuple):
-        items = value if isinstance(value, list) else value.split(",") if isinstance(value, str) else None
-        if items is None:
-            return _FAIL
+        if isinstance(value, list):
+            items = value
+        elif isinstance(value, str):
+            items = value.split(",")
+        else:  # one scalar (`--view_layers 6`) is a one-element list
+            items = [value]
         (inner,) = typing.get_args(option)[:1] or (Any,)
         converted = [_try_convert(item, inner) for item in items]
         return _FAIL if any(c is _FAIL for c in converted) else converted
@@ -192,8 +197,11 @@ def parse_recipe(recipe_path: str | os.PathLike | None, argv: Sequence[str] = ()
     values: dict[str, Any] = dict(load_yaml(recipe_path)) if recipe_path is not None else {}
     where = str(recipe_path) if recipe_path is not None else "recipe"
     cli = parse_cli_overrides(list(argv))
-    values.update(cli)
-    values.update(extra)
+    for layer in (cli, extra):
+        for key, other in (BATCH_SIZE_KEYS, BATCH_SIZE_KEYS[::-1]):
+            if key in layer and other not in layer:  # a later layer's batch size replaces the other kind's
+                values.pop(other, None)
+        values.update(layer)
 
     method = values.pop("method", None)
     if method is None:

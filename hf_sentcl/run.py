@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,16 +17,21 @@ import datasets
 import transformers
 from accelerate import PartialState
 from datasets import Dataset
-from transformers import set_seed
+from transformers import AutoConfig, set_seed
+from transformers.integrations import is_deepspeed_zero3_enabled
 
-from hf_sentcl.data import ViewCollator, load_training_dataset, tokenize_views
+from hf_sentcl.data import ViewCollator, add_length_column, load_training_dataset, tokenize_views
 from hf_sentcl.data.corpus import check_train_file
-from hf_sentcl.defaults import resolve_data_dir
-from hf_sentcl.evaluation.report import sts_markdown_table, write_results
+from hf_sentcl.defaults import resolve_data_dir, resolve_model_name
+from hf_sentcl.evaluate import EvaluationSuites, SuiteResults, check_suites, markdown_report, run_results
+from hf_sentcl.evaluation.plots import write_run_plots
+from hf_sentcl.evaluation.report import RUN_LABELS, write_results
+from hf_sentcl.evaluation.transfer import check_transfer_files
 from hf_sentcl.evaluation.sts import STSEvaluator
 from hf_sentcl.hub import HubError, check_hub_settings
 from hf_sentcl.model_card import mteb_sts_scores, run_metadata
 from hf_sentcl.modeling import SentenceEncoder
+from hf_sentcl.modeling.peft import ADAPTER_DIRNAME, merge_adapters, parameter_counts, save_adapter
 from hf_sentcl.parser import Recipe, RecipeError, parse_recipe
 from hf_sentcl.push import publish_run
 from hf_sentcl.trainers.registry import get_method
@@ -34,6 +39,8 @@ from hf_sentcl.trainers.registry import get_method
 logger = logging.getLogger("hf_sentcl")
 
 USAGE = "usage: python -m hf_sentcl.run RECIPE.yaml [--key value ...]"
+#: transformers' samplers that batch examples by length (they need a length column)
+LENGTH_SAMPLERS = ("group_by_length", "batch_rebalance")
 
 
 def validate_recipe(recipe: Recipe) -> None:
@@ -48,16 +55,39 @@ def validate_recipe(recipe: Recipe) -> None:
             f"{recipe.source}: key 'per_device_train_batch_size' is {recipe.training.per_device_train_batch_size} "
             f"on {recipe.training.world_size} process(es); in-batch negatives need a global batch of at least 2."
         )
+    if recipe.training.global_train_batch_size is not None and "per_device_train_batch_size" in recipe.explicit_keys:
+        raise RecipeError(
+            f"{recipe.source}: keys 'global_train_batch_size' and 'per_device_train_batch_size' are both set; keep "
+            "one (global_train_batch_size derives the per-device batch from the number of processes)."
+        )
+    if recipe.training.export_adapter and not recipe.model.peft:
+        raise RecipeError(f"{recipe.source}: key 'export_adapter' needs a 'peft' section (LoRA settings) to train one.")
+    spec = get_method(recipe.method)
+    try:
+        spec.trainer_class.check_cached_step(recipe.training)
+        spec.trainer_class.check_length_buckets(recipe.training)
+    except ValueError as err:
+        raise RecipeError(f"{recipe.source}: {err}") from None
+    try:  # a method's own training data (e.g. NLI pairs) checks itself, stage by stage
+        stage_data = [spec.train_data(stage) for stage in spec.stages(recipe)]
+        for data in stage_data:
+            if data is not None:
+                data.check()
+    except ValueError as err:
+        raise RecipeError(f"{recipe.source}: {err}") from None
     sources = [k for k in ("train_file", "dataset_name", "unlabeled_sts") if getattr(recipe.data, k) is not None]
-    if len(sources) != 1:
+    if None in stage_data and len(sources) != 1:
         raise RecipeError(
             f"{recipe.source}: set exactly one of 'train_file', 'dataset_name', 'unlabeled_sts' "
             f"(the training text); got {sources or 'none'}."
         )
-    unknown_tasks = [t for t in recipe.data.eval_tasks if t not in ("sts",)]
-    if unknown_tasks:
-        raise RecipeError(f"{recipe.source}: key 'eval_tasks' has unknown task(s) {unknown_tasks}; known: sts.")
-    resolve_data_dir(recipe.data.sts_data_dir)
+    try:
+        check_suites(recipe.data.eval_tasks)
+    except ValueError as err:
+        raise RecipeError(f"{recipe.source}: key 'eval_tasks': {err}") from None
+    data_dir = resolve_data_dir(recipe.data.sts_data_dir)
+    if "transfer" in recipe.data.eval_tasks:
+        check_transfer_files(data_dir)
     path = recipe.model.model_name_or_path
     if path.startswith((".", "/", "~")) and not Path(path).expanduser().exists():
         raise RecipeError(f"{recipe.source}: model_name_or_path '{path}' does not exist.")
@@ -67,9 +97,17 @@ def validate_recipe(recipe: Recipe) -> None:
         raise RecipeError(f"{recipe.source}: {err}") from None
 
 
+def dropout_overrides(name_or_path: str, probability: float) -> dict[str, float]:
+    """`from_pretrained` keyword arguments that set every dropout probability of the backbone's config."""
+    config = AutoConfig.from_pretrained(resolve_model_name(name_or_path))
+    return {key: probability for key, value in config.to_dict().items() if "dropout" in key and isinstance(value, float)}
+
+
 def build_encoder(recipe: Recipe) -> SentenceEncoder:
     args = recipe.model
     load_kwargs = {"attn_implementation": args.attn_implementation} if args.attn_implementation else {}
+    if args.dropout is not None:
+        load_kwargs.update(dropout_overrides(args.model_name_or_path, args.dropout))
     return SentenceEncoder.from_backbone(
         args.model_name_or_path,
         pooling=args.pooling,
@@ -78,29 +116,49 @@ def build_encoder(recipe: Recipe) -> SentenceEncoder:
         head_at_inference=args.head_at_inference,
         inference_pooling=args.inference_pooling,
         tokenizer_name=args.tokenizer_name,
+        peft=args.peft,
         **load_kwargs,
     )
 
 
-def build_train_dataset(recipe: Recipe, tokenizer) -> tuple[Dataset, int]:
-    """Load and tokenise the training data; returns the dataset and its number of text views."""
+def build_train_dataset(recipe: Recipe, tokenizer) -> tuple[Dataset, int, Callable]:
+    """Load and tokenise the training data; returns the dataset, its number of text views and the collator."""
     spec = get_method(recipe.method)
-    raw = load_training_dataset(recipe.data, spec.text_columns)
-    columns = spec.text_columns + tuple(c for c in spec.optional_text_columns if c in raw.column_names)
-    raw = raw.select_columns(list(columns))
-    tokenized = tokenize_views(
-        raw, tokenizer, columns, recipe.data.max_seq_length, recipe.data.preprocessing_num_workers
-    )
-    return tokenized, len(columns)
+    custom = spec.train_data(recipe)
+    if custom is not None:
+        dataset, num_views, collator = custom.build(tokenizer)
+    else:
+        raw = load_training_dataset(recipe.data, spec.text_columns)
+        columns = spec.text_columns + tuple(c for c in spec.optional_text_columns if c in raw.column_names)
+        raw = raw.select_columns(list(columns))
+        dataset = tokenize_views(
+            raw, tokenizer, columns, recipe.data.max_seq_length, recipe.data.preprocessing_num_workers
+        )
+        num_views = len(columns)
+        collator = ViewCollator(tokenizer, num_views=num_views, pad_to_multiple_of=recipe.data.pad_to_multiple_of)
+    if recipe.training.train_sampling_strategy in LENGTH_SAMPLERS:
+        dataset = add_length_column(dataset, num_views, recipe.training.length_column_name)
+    return dataset, num_views, collator
 
 
-def evaluate_sts(encoder: SentenceEncoder, evaluator: STSEvaluator, recipe: Recipe) -> dict[str, float]:
-    return evaluator(encoder, batch_size=recipe.training.per_device_eval_batch_size, bf16=recipe.data.eval_bf16)
+def evaluate_suites(encoder: SentenceEncoder, suites: EvaluationSuites, recipe: Recipe) -> SuiteResults:
+    return suites(encoder, batch_size=recipe.training.per_device_eval_batch_size, bf16=recipe.data.eval_bf16)
 
 
 def run(recipe: Recipe) -> dict[str, Any]:
-    """Train and evaluate as the recipe says; returns the results dict that is also written to disk."""
+    """Train and evaluate as the recipe says, every stage of a chained method in turn; returns the (last stage's)
+    results dict that is also written to disk."""
     validate_recipe(recipe)
+    stages = get_method(recipe.method).stages(recipe)
+    for stage in stages[:-1]:
+        run_stage(stage)
+        PartialState().wait_for_everyone()  # the next stage loads this stage's export, written by process 0
+    return run_stage(stages[-1])
+
+
+def run_stage(recipe: Recipe) -> dict[str, Any]:
+    """One training run of an already validated recipe (or stage): build, evaluate before, train, evaluate after,
+    save and export."""
     args = recipe.training
     set_seed(args.seed)
     state = PartialState()
@@ -109,15 +167,15 @@ def run(recipe: Recipe) -> dict[str, Any]:
 
     encoder = build_encoder(recipe)
     with args.main_process_first(desc="tokenising training data"):
-        train_dataset, num_views = build_train_dataset(recipe, encoder.tokenizer)
+        train_dataset, num_views, collator = build_train_dataset(recipe, encoder.tokenizer)
     logger.info("Training on %d examples with %d text view(s) each.", len(train_dataset), num_views)
 
     dev_evaluator = STSEvaluator(data_dir, tasks=("STSBenchmark",), split="dev")
-    test_evaluator = STSEvaluator(data_dir, mode=recipe.data.sts_mode) if "sts" in recipe.data.eval_tasks else None
-    rows: dict[str, dict[str, float]] = {}
-    if test_evaluator is not None and recipe.data.eval_before_training and state.is_main_process:
-        rows["before"] = evaluate_sts(encoder, test_evaluator, recipe)
-        print(sts_markdown_table({"before training": rows["before"]}, recipe.data.sts_mode), flush=True)
+    suites = EvaluationSuites(data_dir, recipe.data.eval_tasks, sts_mode=recipe.data.sts_mode)
+    final: dict[str, SuiteResults] = {}  # "before"/"after" training
+    if suites.suites and recipe.data.eval_before_training and state.is_main_process:
+        final["before"] = evaluate_suites(encoder, suites, recipe)
+        print(markdown_report({RUN_LABELS["before"]: final["before"]}, recipe.data.sts_mode), flush=True)
 
     dev_pairs = dev_evaluator.data["STSBenchmark"]["dev"]
     trainer = spec.trainer_class(
@@ -128,11 +186,16 @@ def run(recipe: Recipe) -> dict[str, Any]:
         eval_dataset=Dataset.from_dict(
             {"sentence1": dev_pairs.sentences1, "sentence2": dev_pairs.sentences2, "score": dev_pairs.scores}
         ),
-        data_collator=ViewCollator(encoder.tokenizer, num_views=num_views),
+        data_collator=collator,
         processing_class=encoder.tokenizer,
         dev_evaluator=dev_evaluator,
     )
+    parameters = parameter_counts(trainer.model)
     train_output = trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
+    trained = trainer.accelerator.unwrap_model(trainer.model)
+    if args.export_adapter and trainer.is_world_process_zero():
+        print(f"LoRA adapter saved to {save_adapter(trained, Path(args.output_dir) / ADAPTER_DIRNAME)}", flush=True)
+    merge_adapters(trained)  # the saved encoder and its export are plain models (no-op without peft)
     trainer.save_model(args.output_dir)
 
     results: dict[str, Any] = {
@@ -146,6 +209,12 @@ def run(recipe: Recipe) -> dict[str, Any]:
             "best_step": _best_step(trainer),
             "best_dev_stsb_spearman": trainer.state.best_metric,
             **trainer.training_cost(),
+            **parameters,
+            # every logged training loss and gradient norm, unrounded (e.g. to compare runs on 1 and N processes)
+            "loss_curve": [
+                {key: e[key] for key in ("step", "loss", "grad_norm") if key in e}
+                for e in trainer.state.log_history if "loss" in e
+            ],
             # every STS-B dev evaluation: step, eval_stsb_spearman, eval_alignment, eval_uniformity, ...
             "dev_curve": [entry for entry in trainer.state.log_history if "eval_stsb_spearman" in entry],
         },
@@ -153,19 +222,23 @@ def run(recipe: Recipe) -> dict[str, Any]:
     if trainer.is_world_process_zero():
         # Without accelerate's mixed-precision forward wrapper, so evaluation precision follows eval_bf16.
         final_encoder = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
-        if test_evaluator is not None:
-            rows["after"] = evaluate_sts(final_encoder, test_evaluator, recipe)
-        results["sts"] = rows
+        if trainer.is_fsdp_enabled or is_deepspeed_zero3_enabled():  # sharded weights: use the saved (whole) ones
+            final_encoder = SentenceEncoder.from_pretrained(args.output_dir)
+        if suites.suites:
+            final["after"] = evaluate_suites(final_encoder, suites, recipe)
+        results.update(run_results(final))
+        rows = results["sts"]
         if "after" in rows:  # MTEB's protocol (SICK-R on all pairs) for the model card's model-index
             results["mteb_sts"] = mteb_sts_scores(
                 final_encoder, data_dir, rows["after"], recipe.data.sts_mode,
                 recipe.training.per_device_eval_batch_size, recipe.data.eval_bf16,
             )
         results.update(run_metadata(recipe, final_encoder, len(train_dataset), num_views))
-        table = sts_markdown_table(
-            {{"before": "before training", "after": "after training"}[k]: v for k, v in rows.items()},
-            recipe.data.sts_mode,
+        results["plots"] = write_run_plots(
+            args.output_dir, trainer.state.log_history,
+            {RUN_LABELS[k]: r.stsb_predictions for k, r in final.items() if r.stsb_predictions},
         )
+        table = markdown_report({RUN_LABELS[k]: r for k, r in final.items()}, recipe.data.sts_mode)
         json_path, md_path = write_results(args.output_dir, results, table)
         print("\n" + table, flush=True)
         print(f"\nResults: {json_path} and {md_path}; encoder saved to {args.output_dir}", flush=True)

@@ -32,7 +32,14 @@ from hf_sentcl.run import run, validate_recipe
 USAGE = "usage: python -m hf_sentcl.seeds RECIPE.yaml --seeds 1,2,3 [--key value ...]"
 
 #: training figures summarised besides the STS tasks ("dev_*" are read at the best checkpoint's step)
-TRAIN_KEYS = ("train_runtime", "train_samples_per_second", "best_dev_stsb_spearman", "dev_alignment", "dev_uniformity")
+TRAIN_KEYS = (
+    "train_runtime",
+    "train_examples_per_second",  # training steps alone, without dev evaluations and saves
+    "train_peak_memory_mb",
+    "best_dev_stsb_spearman",
+    "dev_alignment",
+    "dev_uniformity",
+)
 
 
 def parse_seeds(text: str) -> list[int]:

@@ -1,6 +1,8 @@
 """Shared fixtures: offline environment, tiny random BERT/RoBERTa directories, a tiny SentEval layout."""
 
+import atexit
 import os
+import shutil
 import tempfile
 
 # Offline, before anything imports huggingface_hub / transformers / datasets.
@@ -8,7 +10,9 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
-os.environ.setdefault("HF_DATASETS_CACHE", tempfile.mkdtemp(prefix="hf_sentcl_tests_datasets_"))
+if "HF_DATASETS_CACHE" not in os.environ:  # a private datasets cache for the session (and its subprocesses)
+    os.environ["HF_DATASETS_CACHE"] = tempfile.mkdtemp(prefix="hf_sentcl_tests_datasets_")
+    atexit.register(shutil.rmtree, os.environ["HF_DATASETS_CACHE"], ignore_errors=True)
 
 from pathlib import Path  # noqa: E402
 

@@ -222,3 +222,16 @@ def test_config_validation_becomes_recipe_error(tmp_path):
     with pytest.raises(RecipeError, match="temperature") as err:
         parse_recipe(path)
     assert str(path) in str(err.value)
+
+
+@pytest.mark.parametrize("argv, expected", [(["--view_layers", "6"], [6]), (["--view_layers", "4,5,6"], [4, 5, 6]),
+                                            (["--view_layers", "[0, 6]"], [0, 6])])
+def test_list_key_accepts_one_value_a_comma_list_or_yaml_list(tmp_path, argv, expected):
+    """A list-typed key takes a single value as a one-element list, as well as 'a,b' and '[a, b]'."""
+    recipe = parse_recipe(write(tmp_path, "method: self_guided\n"), argv)
+    assert recipe.training.view_layers == expected
+
+
+def test_list_key_rejects_wrong_item_type(tmp_path):
+    with pytest.raises(RecipeError, match="'view_layers'"):
+        parse_recipe(write(tmp_path, "method: self_guided\n"), ["--view_layers", "top"])

@@ -130,9 +130,9 @@ def test_exactly_one_training_source(tmp_path, base_values):
 
 
 def test_unknown_eval_task(tmp_path, base_values):
-    """eval_tasks may only name known suites."""
-    with pytest.raises(RecipeError, match="transfer"):
-        validate_recipe(parse_recipe(write_recipe(tmp_path, **base_values, eval_tasks=["sts", "transfer"])))
+    """eval_tasks may only name known suites (sts, transfer)."""
+    with pytest.raises(RecipeError, match="eval_tasks.*'paraphrase'"):
+        validate_recipe(parse_recipe(write_recipe(tmp_path, **base_values, eval_tasks=["sts", "paraphrase"])))
 
 
 def test_shipped_recipes_validate_with_real_data(repo_root, real_data_dir, monkeypatch):
