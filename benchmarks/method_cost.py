@@ -1,19 +1,20 @@
-"""Training cost of SG, SG-OPT and ConSERT relative to SimCSE: steps per second and peak memory.
+"""Training cost of IFM, BYOP-C/D, SG, SG-OPT, ConSERT and CLEAR relative to SimCSE: steps per second, peak memory.
 
     HF_SENTCL_DATA=/path/to/senteval python benchmarks/method_cost.py --rounds 3 [--steps 20] [--threads N]
-        [--methods simcse,sg,sg-opt,consert] [--precision bf16] [--output cost.json]
+        [--methods simcse,ifm,byop-c,byop-d,sg,sg-opt,consert,clear] [--precision bf16] [--output cost.json]
 
-Every method trains from its own MiniLM recipe (SimCSE: recipes/quickstart.yaml, [CLS] + MLP head; SG and SG-OPT:
+Every method trains from its own MiniLM recipe (SimCSE: recipes/quickstart.yaml, [CLS] + MLP head; IFM (p-n+, m 0.1,
+multi-task), BYOP-C (n-, m 0.01) and BYOP-D (n-, dynamic margin): recipes/byop_minilm.yaml; SG and SG-OPT:
 recipes/sg_opt_minilm.yaml with `objective: sg` / `sg-opt`, frozen copy, 4096-wide projection head; ConSERT:
-recipes/consert_minilm.yaml, shuffle + feature cutoff, no encoder dropout), with what sets the cost made equal: the
+recipes/consert_minilm.yaml, shuffle + feature cutoff, no encoder dropout; CLEAR: recipes/clear_minilm.yaml,
+del_span+reorder views plus the MLM loss on the original, three texts per sentence in one forward), with what sets the cost made equal: the
 same first sentences of the Wikipedia subset (`$HF_SENTCL_DATA/../wiki1m_subset.txt` or --train-file), batch size,
 max_len, precision, seed and number of optimizer steps, and no evaluation or saving. Throughput and memory are
 measured as in `train_vs_sentence_transformers.py` (`training_cost.RunCost`: steps per second of the training steps
 alone, first step left out; process CPU time of the same steps; peak memory = the resident-set high-water mark
 during training minus the resident set before the run built its model, so it holds the model, the method's own
 modules (SG's frozen copy and 4096-wide head), the optimizer state and the activations). Methods run alternately
-(A B C D, D C B A, ...) for --rounds rounds; medians and the ratios to SimCSE are printed. A method whose trainer
-cannot be imported is reported and skipped. Timings mean something on an otherwise idle machine; CPU time per step
+(A B C D, D C B A, ...) for --rounds rounds; medians and the ratios to SimCSE are printed. Timings mean something on an otherwise idle machine; CPU time per step
 is steadier on a shared one (--threads 1).
 """
 
@@ -32,15 +33,18 @@ from training_cost import alternating, medians, ratio, train_measured, trainer_f
 
 from hf_sentcl.defaults import resolve_data_dir
 from hf_sentcl.parser import Recipe, parse_recipe
-from hf_sentcl.trainers.registry import get_method
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 #: method label -> (recipe file, the method's own overrides)
 METHODS: dict[str, tuple[str, dict]] = {
     "simcse": ("quickstart.yaml", {}),
+    "ifm": ("byop_minilm.yaml", {"perturbation": "p-n+", "margin": 0.1, "multi_task": True}),
+    "byop-c": ("byop_minilm.yaml", {}),
+    "byop-d": ("byop_minilm.yaml", {"margin_type": "dynamic", "margin": 0.0}),
     "sg": ("sg_opt_minilm.yaml", {"objective": "sg", "early_stopping_patience": None}),
     "sg-opt": ("sg_opt_minilm.yaml", {"objective": "sg-opt", "early_stopping_patience": None}),
     "consert": ("consert_minilm.yaml", {}),
+    "clear": ("clear_minilm.yaml", {}),
 }
 BASELINE = "simcse"
 
@@ -55,21 +59,6 @@ def method_recipe(name: str, args: argparse.Namespace, output_dir: str) -> Recip
         load_best_model_at_end=False, logging_steps=10, disable_tqdm=True, eval_tasks=[], output_dir=output_dir,
     )
     return parse_recipe(RECIPES / recipe_file, **common, **own)
-
-
-def importable(recipes: dict[str, Recipe]) -> dict[str, Recipe]:
-    """The recipes whose method's trainer imports; the others are reported (e.g. a trainer still being written)."""
-    usable = {}
-    for name, recipe in recipes.items():
-        try:
-            get_method(recipe.method).trainer_class  # noqa: B018 - imports the trainer module
-        except Exception as err:  # noqa: BLE001 - any import failure means: benchmark the others
-            print(f"skipping {name} ({recipe.source}): its trainer does not import: {err!r}", flush=True)
-            continue
-        usable[name] = recipe
-    if BASELINE not in usable:
-        raise SystemExit("SimCSE, the baseline of the ratios, is not available.")
-    return usable
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -99,15 +88,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    torch.set_num_threads(args.threads)
-    datasets.disable_progress_bars()
-    workdir = tempfile.mkdtemp(prefix="hf_sentcl_method_cost_")
-    recipes = importable({name: method_recipe(name, args, workdir) for name in args.methods})  # before any training
-    names = list(recipes)
-    runs: dict[str, list[dict]] = {name: [] for name in names}
-    for round_index, order in alternating(names, args.rounds):
+def measure(recipes: dict[str, Recipe], args: argparse.Namespace) -> dict[str, list[dict]]:
+    """Train every recipe once per round, in alternating order; each run's cost measurements."""
+    runs: dict[str, list[dict]] = {name: [] for name in recipes}
+    for round_index, order in alternating(list(recipes), args.rounds):
         for name in order:
             result, _ = train_measured(lambda: trainer_from_recipe(recipes[name]), args.batch_size)
             result["steps_per_second"] = 1 / result["train_step_seconds"] if result["train_step_seconds"] else None
@@ -115,7 +99,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"round {round_index} {name:8s} step {result['train_step_seconds']:.3f} s "
                   f"(CPU {result['train_step_cpu_seconds']:.3f} s), peak {result['run_peak_mb']:.0f} MiB, "
                   f"loss {result['train_loss']:.4f}", flush=True)
+    return runs
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    datasets.disable_progress_bars()
+    with tempfile.TemporaryDirectory(prefix="hf_sentcl_method_cost_") as workdir:
+        recipes = {name: method_recipe(name, args, workdir) for name in args.methods}  # recipe errors before training
+        runs = measure(recipes, args)
+    names = list(recipes)
     summary = {name: medians(values) for name, values in runs.items()}
     base = summary[BASELINE]
     print(f"\nMedians over {args.rounds} round(s), {args.steps} steps each; {args.precision}, batch {args.batch_size}, "

@@ -217,6 +217,11 @@ def profile_all(args: argparse.Namespace, variants: dict[str, dict], sentences: 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="hf_sentcl_bench_") as workdir:  # the runs' output_dirs, then removed
+        return benchmark(args, workdir)
+
+
+def benchmark(args: argparse.Namespace, workdir: str) -> int:
     torch.set_num_threads(args.threads)
     datasets.disable_progress_bars()
     variants = parse_variants(args.variant)
@@ -225,7 +230,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(sentences)} training sentences from {args.train_file}; torch threads {torch.get_num_threads()}; "
           f"CPU {torch.backends.cpu.get_cpu_capability()}; bf16 kernels "
           f"{torch.ops.mkldnn._is_mkldnn_bf16_supported()}", flush=True)
-    workdir = tempfile.mkdtemp(prefix="hf_sentcl_bench_")
     if args.profile:
         report = {"profile": profile_all(args, variants, sentences, workdir)}
         if args.output:
