@@ -171,8 +171,13 @@ def non_default_settings(recipe: Recipe) -> dict[str, Any]:
 
 def training_data_summary(recipe: Recipe, num_examples: int | None, text_columns: Sequence[str]) -> dict[str, Any]:
     """Where the training text came from and how much of it was used."""
+    from hf_sentcl.trainers.registry import get_method
+
     data = recipe.data
-    if data.train_file is not None:
+    own_data = get_method(recipe.method).train_data(recipe)  # e.g. the NLI pairs of a ConSERT sup/joint stage
+    if own_data is not None:
+        source, name = own_data.source_key, own_data.source.description
+    elif data.train_file is not None:
         source, name = "train_file", Path(os.path.expandvars(data.train_file)).name
     elif data.dataset_name is not None:
         source, name = "dataset_name", data.dataset_name

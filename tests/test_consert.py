@@ -659,3 +659,16 @@ def test_recipes_carry_the_paper_settings(repo_root, monkeypatch, name):
     if name == "consert_bert_joint_unsup":
         assert args.supervised_mode == "joint-unsup" and recipe.data.unlabeled_sts == "all"
         assert args.learning_rate == 5e-7 and args.supervised_learning_rate is not None
+
+
+def test_card_names_the_nli_pairs_of_a_joint_run(repo_root, senteval_dir, monkeypatch):
+    """results.json / the model card name the NLI source of a sup/joint stage, not the (unset) unlabeled text."""
+    from hf_sentcl.model_card import training_data_summary
+
+    monkeypatch.setenv("HF_SENTCL_DATA", str(senteval_dir))
+    joint = parse_recipe(repo_root / "recipes" / "consert_minilm_joint.yaml")
+    summary = training_data_summary(joint, 10, ("premise", "hypothesis"))
+    assert summary["source"] == "nli_source"
+    assert summary["name"].startswith("senteval '") and str(senteval_dir) in summary["name"]
+    unsup = parse_recipe(repo_root / "recipes" / "consert_minilm.yaml")
+    assert training_data_summary(unsup, 10, ("text",))["source"] == "unlabeled_sts"

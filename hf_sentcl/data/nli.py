@@ -178,6 +178,9 @@ class NLITrainData:
     `check()` runs before any model loads; `build(tokenizer)` returns (dataset, number of text views, collator).
     """
 
+    #: the recipe key that names this data (for results.json and the model card)
+    source_key = "nli_source"
+
     source: NLISource
     max_seq_length: int
     max_samples: int | None = None
