@@ -129,7 +129,7 @@ def make_plan(
     real = attention_mask.bool()
     device = attention_mask.device
     position_order = keep = None
-    cut_tokens = torch.zeros_like(real)
+    mask = attention_mask  # with token_cutoff_masks_attention, cut tokens leave attention too
     for k, name in enumerate(names):
         rows_k = slice(k * block, (k + 1) * block)
         real_k = real[rows_k]
@@ -144,7 +144,10 @@ def make_plan(
             keep = torch.ones(rows, length, hidden_size, dtype=torch.bool, device=device)
         if name == "token_cutoff":
             cut = random_subset(real_k, rates.token_cutoff)
-            cut_tokens[rows_k] = cut
+            if rates.token_cutoff_masks_attention:
+                if mask is attention_mask:
+                    mask = attention_mask.clone()
+                mask[rows_k] = mask[rows_k].masked_fill(cut, 0)
             keep[rows_k] &= ~cut.unsqueeze(-1)
         elif name == "feature_cutoff":
             every_column = torch.ones(block, hidden_size, dtype=torch.bool, device=device)
@@ -153,9 +156,6 @@ def make_plan(
         else:  # dropout
             elements = real_k.unsqueeze(-1).expand(block, length, hidden_size).reshape(block, -1)
             keep[rows_k] &= ~random_subset(elements, rates.dropout).view(block, length, hidden_size)
-    mask = attention_mask
-    if rates.token_cutoff_masks_attention and cut_tokens.any():
-        mask = attention_mask.masked_fill(cut_tokens, 0)
     return AugmentationPlan(names, mask, position_order, keep, perturbation)
 
 

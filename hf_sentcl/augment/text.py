@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TypeVar
 
 import numpy as np
@@ -168,7 +169,7 @@ class SentenceAugmenter:
         if self.synonyms is None and "subs" in steps:
             raise ValueError(f"augmentation '{self.spec}' substitutes synonyms: give a `synonyms` function.")
 
-    @property
+    @cached_property  # parsed once: augment_run reads it for every sentence of every batch
     def steps(self) -> tuple[str, ...]:
         return parse_augmentation(self.spec)
 

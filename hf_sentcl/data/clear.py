@@ -17,6 +17,7 @@ between epochs, and do not depend on batch composition, the number of data-loade
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,6 +29,7 @@ from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBas
 
 from hf_sentcl.augment.text import AUGMENTATION_SETTINGS, DELETIONS, SentenceAugmenter, parse_augmentation
 from hf_sentcl.augment.wordnet import WordNet
+from hf_sentcl.data.collators import pad_token_ids, require_pad_token
 from hf_sentcl.data.corpus import VIEW_PREFIX
 
 DELETE_TOKEN = "[DEL]"
@@ -172,12 +174,15 @@ class CLEARCollator:
     special: frozenset[int] = field(init=False)
 
     def __post_init__(self):
+        require_pad_token(self.tokenizer)
         self.special = protected_ids(self.tokenizer)
         self._special_words = frozenset((i,) for i in self.special)
         self._masker = (
             DataCollatorForLanguageModeling(self.tokenizer, mlm_probability=self.mlm_probability)
             if self.mlm_probability else None
         )
+        if self._masker is not None:  # reseeded per example by `mask`
+            self._masker.generator = torch.Generator()
 
     @classmethod
     def from_args(cls, tokenizer: PreTrainedTokenizerBase, args, max_length: int | None = None) -> CLEARCollator:
@@ -211,7 +216,7 @@ class CLEARCollator:
     def mask(self, ids: Sequence[int], index: int) -> tuple[list[int], list[int]]:
         """MLM input and labels for the original sentence of example `index`."""
         seed = int(seed_for(self.seed, self.epoch, index, 0).generate_state(1)[0])
-        self._masker.generator = torch.Generator().manual_seed(seed)
+        self._masker.generator.manual_seed(seed)
         inputs = torch.tensor([ids])
         special = torch.tensor([[token in self.special for token in ids]])
         masked, labels = self._masker.torch_mask_tokens(inputs, special_tokens_mask=special)
@@ -227,16 +232,17 @@ class CLEARCollator:
         if self._masker is not None:
             masked, labels = zip(*(self.mask(ids, i) for ids, i in zip(originals, indices)))
             views.insert(0, list(masked))
-        flat = [{"input_ids": ids} for view in views for ids in view]
-        padded = self.tokenizer.pad(flat, return_tensors="pt", pad_to_multiple_of=self.pad_to_multiple_of)
-        batch, length = len(features), padded["input_ids"].shape[1]
+        input_ids, attention_mask = pad_token_ids(
+            [ids for view in views for ids in view], self.tokenizer.pad_token_id, self.tokenizer.padding_side,
+            self.pad_to_multiple_of,
+        )
+        batch = len(features)
         out = {
-            key: padded[key].view(len(views), batch, length).transpose(0, 1).contiguous()
-            for key in ("input_ids", "attention_mask")
+            key: value.view(len(views), batch, -1).transpose(0, 1).contiguous()
+            for key, value in (("input_ids", input_ids), ("attention_mask", attention_mask))
         }
-        if labels is not None:
-            left = self.tokenizer.padding_side == "left"
-            out["mlm_labels"] = torch.tensor(
-                [[-100] * (length - len(row)) + row if left else row + [-100] * (length - len(row)) for row in labels]
-            )
+        if labels is not None:  # aligned with the masked originals (view 0), -100 on padding
+            mlm_labels = torch.full_like(out["input_ids"][:, 0], -100)
+            mlm_labels[out["attention_mask"][:, 0].bool()] = torch.tensor(list(chain.from_iterable(labels)))
+            out["mlm_labels"] = mlm_labels
         return out

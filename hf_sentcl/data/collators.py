@@ -39,6 +39,15 @@ def pad_token_ids(
     return input_ids, real.long()
 
 
+def require_pad_token(tokenizer: PreTrainedTokenizerBase) -> None:
+    """Refuse a tokenizer without a pad token: training batches could not be padded."""
+    if tokenizer.pad_token_id is None:
+        raise ValueError(
+            f"The tokenizer ({type(tokenizer).__name__}) has no pad token, so batches cannot be padded; "
+            "set tokenizer.pad_token (e.g. to its eos or unk token) before training."
+        )
+
+
 @dataclass
 class ViewCollator:
     """Pad every view of every example to the batch's longest sequence (dynamic padding).
@@ -53,11 +62,7 @@ class ViewCollator:
     pad_to_multiple_of: int | None = None
 
     def __post_init__(self):
-        if self.tokenizer.pad_token_id is None:
-            raise ValueError(
-                f"The tokenizer ({type(self.tokenizer).__name__}) has no pad token, so batches cannot be padded; "
-                "set tokenizer.pad_token (e.g. to its eos or unk token) before training."
-            )
+        require_pad_token(self.tokenizer)
         if self.pad_to_multiple_of is not None and self.pad_to_multiple_of < 1:
             raise ValueError(f"pad_to_multiple_of must be a positive length, got {self.pad_to_multiple_of}.")
 

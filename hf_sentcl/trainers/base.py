@@ -57,6 +57,14 @@ def scale_gradient(loss: torch.Tensor, factor: float) -> torch.Tensor:
     return loss * factor - loss.detach() * (factor - 1)
 
 
+def stack_views(t: torch.Tensor, copies: int = 1) -> torch.Tensor:
+    """(batch, views, length) -> (copies * views * batch, length), view-major (every first view first), the
+    `copies` repeats one after another: the rows of one forward pass over every view of a batch."""
+    batch, views, length = t.shape
+    flat = t.transpose(0, 1).reshape(views * batch, length)
+    return flat.repeat(copies, 1) if copies > 1 else flat
+
+
 def freeze_backbone_pooler(encoder: nn.Module) -> None:
     """Freeze the backbone's own pooler (BERT's dense + tanh on [CLS]) if it has one. No pooling mode reads it, so it
     never gets a gradient, and DDP without its unused-parameter search needs every trained weight to get one."""
@@ -186,20 +194,15 @@ class ContrastiveTrainer(Trainer):
     def embed_views(self, model, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         """Encode every view of the batch in ONE forward pass (or in `length_buckets` length-sorted sub-batches);
         returns (copies * views, batch, dim)."""
-        input_ids, attention_mask = inputs["input_ids"], inputs["attention_mask"]
-        batch, views, length = input_ids.shape
+        batch, views = inputs["input_ids"].shape[:2]
         copies = self.dropout_copies
-
-        def stack(t: torch.Tensor) -> torch.Tensor:
-            flat = t.transpose(0, 1).reshape(views * batch, length)
-            return flat.repeat(copies, 1) if copies > 1 else flat
-
+        input_ids, attention_mask = (stack_views(inputs[k], copies) for k in ("input_ids", "attention_mask"))
         buckets = getattr(self.args, "length_buckets", None)
         if buckets and buckets > 1:  # optional: length-sorted sub-batches, less padding (see length_buckets.py)
             with self.accelerator.autocast():  # one autocast region: weights are cast once for all sub-batches
-                embeddings = forward_in_length_buckets(model, stack(input_ids), stack(attention_mask), buckets)
+                embeddings = forward_in_length_buckets(model, input_ids, attention_mask, buckets)
         else:
-            embeddings = model(input_ids=stack(input_ids), attention_mask=stack(attention_mask)).embeddings
+            embeddings = model(input_ids=input_ids, attention_mask=attention_mask).embeddings
         return embeddings.view(copies * views, batch, -1)
 
     def forward_views(self, model, inputs: dict[str, torch.Tensor]) -> ViewsOutput:

@@ -42,7 +42,7 @@ from transformers import AutoModel, AutoModelForMaskedLM, PreTrainedModel, Train
 
 from hf_sentcl.data.clear import CLEARCollator, with_example_index
 from hf_sentcl.losses import nt_xent
-from hf_sentcl.trainers.base import ContrastiveTrainer, ViewsOutput
+from hf_sentcl.trainers.base import ContrastiveTrainer, ViewsOutput, stack_views
 from hf_sentcl.trainers.heads import (
     TrainingHeadsMixin, attach_training_head, check_raw_cls_encoder, refuse_sharded_weights,
 )
@@ -187,14 +187,12 @@ class CLEARTrainer(TrainingHeadsMixin, ContrastiveTrainer):
         """ONE forward of [masked original,] view 1, view 2 of every sentence: the views' projected [CLS] vectors
         z = g([CLS]) (2, batch, projection_dim), and the weighted MLM loss of the originals as the per-example term
         (a mean over the masked tokens)."""
-        input_ids, attention_mask = inputs["input_ids"], inputs["attention_mask"]
-        batch, views, length = input_ids.shape
-
-        def stack(t: torch.Tensor) -> torch.Tensor:
-            return t.transpose(0, 1).reshape(views * batch, length)
-
+        batch, views = inputs["input_ids"].shape[:2]
         mlm = "mlm_labels" in inputs
-        outputs = model(input_ids=stack(input_ids), attention_mask=stack(attention_mask), output_hidden_states=mlm)
+        outputs = model(
+            input_ids=stack_views(inputs["input_ids"]), attention_mask=stack_views(inputs["attention_mask"]),
+            output_hidden_states=mlm,
+        )
         # g is applied before the views are gathered across processes, so each process back-propagates it through
         # its own examples only (as the encoder), which the world-size gradient scale of batch_loss assumes.
         z = self.heads["projection"](outputs.embeddings.view(views, batch, -1)[-2:])

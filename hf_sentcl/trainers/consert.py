@@ -34,15 +34,15 @@ from torch import nn
 
 from hf_sentcl.augment.embedding import AugmentationRates, EmbeddingAugmenter, fgv_perturbation
 from hf_sentcl.configs.consert import CHAINED_MODES
-from hf_sentcl.data.nli import NLITrainData, resolve_nli_source
+from hf_sentcl.data.nli import NLI_LABELS, NLITrainData, resolve_nli_source
 from hf_sentcl.export import EXPORT_DIRNAME
 from hf_sentcl.losses import nt_xent, pair_classification_loss
-from hf_sentcl.trainers.base import ContrastiveTrainer, ViewsOutput
+from hf_sentcl.trainers.base import ContrastiveTrainer, ViewsOutput, stack_views
 from hf_sentcl.trainers.heads import TrainingHeadsMixin
 
 CLASSIFIER_NAME = "consert_classifier"
 CLASSIFIER_FILE = "consert_classifier.safetensors"
-NLI_CLASSES = 3
+NLI_CLASSES = len(NLI_LABELS)
 STAGE_DIRNAME = "stage-1"
 TEXT_SOURCES = ("train_file", "dataset_name", "unlabeled_sts")
 
@@ -96,9 +96,7 @@ class ConSERTTrainer(TrainingHeadsMixin, ContrastiveTrainer):
     @staticmethod
     def flat_texts(inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """(batch, views, L) inputs -> (views * batch, L) ids and mask, view-major (all first sentences first)."""
-        ids, mask = inputs["input_ids"], inputs["attention_mask"]
-        batch, views, length = ids.shape
-        return ids.transpose(0, 1).reshape(views * batch, length), mask.transpose(0, 1).reshape(views * batch, length)
+        return stack_views(inputs["input_ids"]), stack_views(inputs["attention_mask"])
 
     def encode_blocks(
         self, model, inputs: dict[str, torch.Tensor], names: list[str], perturbation: torch.Tensor | None = None
