@@ -16,7 +16,7 @@ from typing import Any
 
 from hf_sentcl.defaults import EMBEDDED_MODEL_ALIAS, resolve_data_dir
 from hf_sentcl.evaluation.plots import stsb_predictions
-from hf_sentcl.evaluation.report import RUN_LABELS, sts_markdown_table, transfer_markdown_table
+from hf_sentcl.evaluation.report import sts_markdown_table, transfer_markdown_table
 from hf_sentcl.evaluation.sts import STS_MODES, STS_TASKS, STSEvaluator
 from hf_sentcl.evaluation.transfer import SENTEVAL_SEED, TRANSFER_TASKS, TransferEvaluator, transfer_summary
 from hf_sentcl.modeling import POOLING_MODES, SentenceEncoder

@@ -42,16 +42,17 @@ class STSPairs:
         return len(self.scores)
 
 
-def _read_lines(path: Path) -> list[str]:
+def read_lines(path: Path, kind: str = "STS", encoding: str = "utf-8") -> list[str]:
+    """The lines of a SentEval data file; a missing file is a FileNotFoundError naming it (`kind`: STS, Transfer)."""
     if not path.is_file():
-        raise FileNotFoundError(f"STS data file '{path}' is missing; is the data directory a SentEval layout?")
-    return path.read_text(encoding="utf-8").splitlines()
+        raise FileNotFoundError(f"{kind} data file '{path}' is missing; is the data directory a SentEval layout?")
+    return path.read_text(encoding=encoding).splitlines()
 
 
 def read_sts_year_subset(folder: Path, subset: str) -> STSPairs:
     """Read one `STS.input.<subset>.txt` / `STS.gs.<subset>.txt` pair, dropping rows without a gold score."""
-    inputs = _read_lines(folder / f"STS.input.{subset}.txt")
-    gold = _read_lines(folder / f"STS.gs.{subset}.txt")
+    inputs = read_lines(folder / f"STS.input.{subset}.txt")
+    gold = read_lines(folder / f"STS.gs.{subset}.txt")
     if len(inputs) != len(gold):
         raise ValueError(f"{folder}: subset '{subset}' has {len(inputs)} pairs but {len(gold)} gold lines.")
     s1, s2, scores = [], [], []
@@ -68,7 +69,7 @@ def read_sts_year_subset(folder: Path, subset: str) -> STSPairs:
 def read_stsbenchmark(path: Path) -> STSPairs:
     """Read SentEval's `sts-{train,dev,test}.csv` (tab-separated; score in column 5, sentences in 6 and 7)."""
     s1, s2, scores = [], [], []
-    for line in _read_lines(path):
+    for line in read_lines(path):
         columns = line.split("\t")
         s1.append(columns[5])
         s2.append(columns[6])
@@ -79,7 +80,7 @@ def read_stsbenchmark(path: Path) -> STSPairs:
 def read_sick(path: Path) -> STSPairs:
     """Read a SICK file (header line; sentence_A, sentence_B, relatedness_score)."""
     s1, s2, scores = [], [], []
-    for line in _read_lines(path)[1:]:
+    for line in read_lines(path)[1:]:
         columns = line.split("\t")
         s1.append(columns[1])
         s2.append(columns[2])
@@ -162,7 +163,29 @@ def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(axis=1)
 
 
-class STSEvaluator:
+class EncodedSentences:
+    """Base of the evaluators: every distinct sentence of the loaded data (`sentences()`, defined by the subclass)
+    goes through one `encode` call; `sentence_index` maps a sentence to its row of that output."""
+
+    def sentences(self) -> list[str]:
+        raise NotImplementedError
+
+    @cached_property
+    def sentence_index(self) -> dict[str, int]:
+        """Row of each sentence in the output of `embed`."""
+        return {s: i for i, s in enumerate(self.sentences())}
+
+    def embed(self, encoder, batch_size: int = 128, bf16: bool = False) -> np.ndarray:
+        """One encode pass over `sentences()`; row i embeds sentence i. Reusable by `score` and other metrics."""
+        return np.asarray(encoder.encode(self.sentences(), batch_size=batch_size, bf16=bf16))
+
+    def rows(self, embeddings: np.ndarray, sentences: list[str]) -> np.ndarray:
+        """The rows of `embeddings` (from `embed`) for `sentences`."""
+        index = self.sentence_index
+        return embeddings[[index[s] for s in sentences]]
+
+
+class STSEvaluator(EncodedSentences):
     """Evaluate an encoder on STS tasks, encoding every distinct sentence of all tasks in one `encode` call.
 
     Args:
@@ -207,19 +230,9 @@ class STSEvaluator:
         """Return {task: Spearman x 100, ..., 'Avg': mean over tasks}. `encoder` needs `encode(list) -> array`."""
         return self.score(self.embed(encoder, batch_size=batch_size, bf16=bf16))
 
-    @cached_property
-    def sentence_index(self) -> dict[str, int]:
-        """Row of each sentence in the output of `embed`."""
-        return {s: i for i, s in enumerate(self.sentences())}
-
-    def embed(self, encoder, batch_size: int = 128, bf16: bool = False) -> np.ndarray:
-        """One encode pass over `sentences()`; row i embeds sentence i. Reusable by `score` and other metrics."""
-        return np.asarray(encoder.encode(self.sentences(), batch_size=batch_size, bf16=bf16))
-
     def pair_embeddings(self, embeddings: np.ndarray, pairs: STSPairs) -> tuple[np.ndarray, np.ndarray]:
         """The rows of `embeddings` (from `embed`) for the first and second sentences of `pairs`."""
-        index = self.sentence_index
-        return embeddings[[index[s] for s in pairs.sentences1]], embeddings[[index[s] for s in pairs.sentences2]]
+        return self.rows(embeddings, pairs.sentences1), self.rows(embeddings, pairs.sentences2)
 
     def score(self, embeddings: np.ndarray) -> dict[str, float]:
         """Spearman x 100 per task (and 'Avg') from the output of `embed`."""

@@ -22,7 +22,7 @@ import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache, cached_property
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from threadpoolctl import ThreadpoolController
 from tqdm.auto import tqdm
 
 from hf_sentcl.defaults import resolve_data_dir
+from hf_sentcl.evaluation.sts import EncodedSentences, read_lines
 
 logger = logging.getLogger("hf_sentcl")
 
@@ -83,12 +84,6 @@ class LabeledPairs:
 
 
 # ------------------------------------------------------------------------------------------------ readers
-def _read_lines(path: Path, encoding: str) -> list[str]:
-    if not path.is_file():
-        raise FileNotFoundError(f"Transfer data file '{path}' is missing; is the data directory a SentEval layout?")
-    return path.read_text(encoding=encoding).splitlines()
-
-
 def _normalize_whitespace(text: str) -> str:
     """SentEval splits on whitespace and the encoder sees the tokens joined by single spaces."""
     return " ".join(text.split())
@@ -109,15 +104,15 @@ def read_binary_task(positive: Path, negative: Path) -> LabeledSentences:
 
     Empty lines are kept as empty sentences, as in SentEval (CR and MPQA have a few).
     """
-    pos = [_normalize_whitespace(line) for line in _read_lines(positive, "latin-1")]
-    neg = [_normalize_whitespace(line) for line in _read_lines(negative, "latin-1")]
+    pos = [_normalize_whitespace(line) for line in read_lines(positive, "Transfer", "latin-1")]
+    neg = [_normalize_whitespace(line) for line in read_lines(negative, "Transfer", "latin-1")]
     return _labeled(pos + neg, [1] * len(pos) + [0] * len(neg))
 
 
 def read_sst_binary(path: Path) -> LabeledSentences:
     """SST/binary/sentiment-{train,dev,test}: `sentence<TAB>label` per line (utf-8), label 0 or 1."""
     sentences, labels = [], []
-    for number, line in enumerate(_read_lines(path, "utf-8"), start=1):
+    for number, line in enumerate(read_lines(path, "Transfer"), start=1):
         text, _, label = line.strip().rpartition("\t")
         if label not in ("0", "1") or not text:
             raise ValueError(f"{path}:{number}: expected 'sentence<TAB>0|1', got {line[:80]!r}.")
@@ -129,7 +124,7 @@ def read_sst_binary(path: Path) -> LabeledSentences:
 def read_trec(path: Path) -> LabeledSentences:
     """TREC/{train_5500,TREC_10}.label: `COARSE:fine question` per line (latin-1); the label is the coarse class."""
     sentences, labels = [], []
-    for number, line in enumerate(_read_lines(path, "latin-1"), start=1):
+    for number, line in enumerate(read_lines(path, "Transfer", "latin-1"), start=1):
         coarse, _, rest = line.strip().partition(":")
         question = rest.split(" ", 1)[1] if " " in rest else ""
         if coarse not in TREC_CLASSES or not question.strip():
@@ -147,7 +142,7 @@ def read_mrpc(path: Path) -> LabeledPairs:
 
     Pairs are ordered as SentEval orders them (by the token counts of both sentences, then label).
     """
-    lines = _read_lines(path, "utf-8-sig")  # the files start with a byte-order mark
+    lines = read_lines(path, "Transfer", "utf-8-sig")  # the files start with a byte-order mark
     first, second, labels = [], [], []
     for number, line in enumerate(lines[1:], start=2):
         columns = line.strip().split("\t")
@@ -252,11 +247,6 @@ def _select_c_by_kfold(
     return grid[best], means[best]
 
 
-def _outer_fold(x, y, train, test, grid, kfold, seed) -> tuple[float, float, float]:
-    c, dev = _select_c_by_kfold(x[train], y[train], grid, kfold, seed)
-    return _accuracy(fit_probe(x[train], y[train], c, seed), x[test], y[test]), dev, c
-
-
 def nested_cv_probe(
     x: np.ndarray,
     y: np.ndarray,
@@ -266,11 +256,14 @@ def nested_cv_probe(
     n_jobs: int = 1,
 ) -> ProbeResult:
     """Tasks without a split: C chosen per outer fold by an inner k-fold; mean outer-fold test accuracy."""
-    outcomes = Parallel(n_jobs=n_jobs)(
-        delayed(_outer_fold)(x, y, train, test, grid, kfold, seed) for train, test in _folds(x, y, kfold, seed)
+    outer = Parallel(n_jobs=n_jobs)(
+        delayed(kfold_selected_probe)(x[train], y[train], x[test], y[test], kfold, seed, grid)
+        for train, test in _folds(x, y, kfold, seed)
     )
-    tests, devs, chosen = zip(*outcomes)
-    return ProbeResult(acc=float(np.mean(tests)), devacc=float(np.mean(devs)), c=list(chosen))
+    return ProbeResult(
+        acc=float(np.mean([r.acc for r in outer])), devacc=float(np.mean([r.devacc for r in outer])),
+        c=[r.c for r in outer],
+    )
 
 
 def kfold_selected_probe(
@@ -285,8 +278,8 @@ def kfold_selected_probe(
 ) -> ProbeResult:
     """Tasks with train/test: C chosen by k-fold cross-validation on train, refit on train, scored on test."""
     c, dev = _select_c_by_kfold(x_train, y_train, grid, kfold, seed, n_jobs)
-    model = fit_probe(x_train, y_train, c, seed)
-    return ProbeResult(acc=_accuracy(model, x_test, y_test), devacc=dev, c=c, predictions=model.predict(x_test))
+    predictions = fit_probe(x_train, y_train, c, seed).predict(x_test)
+    return ProbeResult(acc=100.0 * float(np.mean(predictions == y_test)), devacc=dev, c=c, predictions=predictions)
 
 
 def dev_selected_probe(
@@ -322,7 +315,7 @@ def pair_features(u: np.ndarray, v: np.ndarray) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------------ the evaluator
-class TransferEvaluator:
+class TransferEvaluator(EncodedSentences):
     """Evaluate an encoder on transfer tasks with SentEval's probe protocol, embedding all sentences in one call.
 
     Args:
@@ -362,22 +355,12 @@ class TransferEvaluator:
                     unique.update(dict.fromkeys(data.sentences))
         return list(unique)
 
-    @cached_property
-    def sentence_index(self) -> dict[str, int]:
-        """Row of each sentence in the output of `embed`."""
-        return {s: i for i, s in enumerate(self.sentences())}
-
-    def embed(self, encoder, batch_size: int = 128, bf16: bool = False) -> np.ndarray:
-        """One encode pass over `sentences()`; row i embeds sentence i."""
-        return np.asarray(encoder.encode(self.sentences(), batch_size=batch_size, bf16=bf16))
-
     def __call__(self, encoder, batch_size: int = 128, bf16: bool = False) -> dict[str, dict[str, Any]]:
         """Per task: acc, devacc, C, ntrain, ntest (and f1 for MRPC). See `transfer_summary` for the table row."""
         return self.score(self.embed(encoder, batch_size=batch_size, bf16=bf16))
 
     def _rows(self, embeddings: np.ndarray, sentences: Sequence[str]) -> np.ndarray:
-        index = self.sentence_index
-        return np.asarray(embeddings[[index[s] for s in sentences]], dtype=np.float32)
+        return np.asarray(self.rows(embeddings, sentences), dtype=np.float32)
 
     def _features(self, embeddings: np.ndarray, data: LabeledSentences | LabeledPairs) -> np.ndarray:
         if isinstance(data, LabeledPairs):
