@@ -344,3 +344,16 @@ def test_subs_reads_the_configured_wordnet(tiny_bert_dir, tmp_path):
     assert trainer.data_collator.augmenter.synonyms.wordnet.path == wordnet_dir
     with pytest.raises(WordNetError, match=r"wordnet_dir.*apt-get install wordnet-base"):
         make_trainer(tiny_bert_dir, tmp_path, augmentation="subs+del_span", wordnet_dir=str(tmp_path / "missing"))
+
+
+def test_recipe_pad_to_multiple_of_reaches_the_clear_collator(tiny_bert_dir, tmp_path):
+    """The generic collator run.py builds carries the data key pad_to_multiple_of; CLEAR's replacement keeps it."""
+    encoder = SentenceEncoder.from_backbone(str(tiny_bert_dir), pooling="cls", head="none")
+    args = CLEARConfig(output_dir=str(tmp_path), use_cpu=True, augmentation="reorder", mlm_weight=0.0,
+                       per_device_train_batch_size=2, report_to="none", eval_strategy="no", save_strategy="no",
+                       load_best_model_at_end=False)
+    texts = Dataset.from_dict({"view0": [encoder.tokenizer("a b c")["input_ids"], encoder.tokenizer("d e")["input_ids"]]})
+    trainer = CLEARTrainer(model=encoder, args=args, train_dataset=texts,
+                           data_collator=ViewCollator(encoder.tokenizer, pad_to_multiple_of=8))
+    batch = trainer.data_collator([trainer.train_dataset[0], trainer.train_dataset[1]])
+    assert batch["input_ids"].shape[-1] == 8

@@ -185,7 +185,10 @@ class CLEARCollator:
             self._masker.generator = torch.Generator()
 
     @classmethod
-    def from_args(cls, tokenizer: PreTrainedTokenizerBase, args, max_length: int | None = None) -> CLEARCollator:
+    def from_args(
+        cls, tokenizer: PreTrainedTokenizerBase, args, max_length: int | None = None,
+        pad_to_multiple_of: int | None = None,
+    ) -> CLEARCollator:
         """The collator a `CLEARConfig` describes. Adds [DEL] to `tokenizer` when the augmentation deletes and
         loads WordNet when it substitutes."""
         steps = parse_augmentation(args.augmentation)
@@ -198,6 +201,7 @@ class CLEARCollator:
         return cls(
             tokenizer, augmenter, WordSegmenter(tokenizer, args.augment_level), seed=args.seed,
             mlm_probability=args.mlm_probability if args.mlm_weight > 0 else None, max_length=max_length,
+            pad_to_multiple_of=pad_to_multiple_of,
         )
 
     @property

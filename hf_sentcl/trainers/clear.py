@@ -173,7 +173,10 @@ class CLEARTrainer(TrainingHeadsMixin, ContrastiveTrainer):
         if args.from_scratch:
             reinitialise_backbone(model, args.scratch_sizes())
         if not isinstance(data_collator, CLEARCollator):
-            data_collator = CLEARCollator.from_args(model.tokenizer, args, max_length=model.max_seq_length)
+            data_collator = CLEARCollator.from_args(  # keeps the recipe's pad_to_multiple_of (run.py's ViewCollator)
+                model.tokenizer, args, max_length=model.max_seq_length,
+                pad_to_multiple_of=getattr(data_collator, "pad_to_multiple_of", None),
+            )
         heads = attach_training_heads(model, args)
         if isinstance(train_dataset, Dataset):
             train_dataset = with_example_index(train_dataset)
