@@ -21,7 +21,7 @@ from transformers import AutoConfig, set_seed
 from transformers.integrations import is_deepspeed_zero3_enabled
 
 from hf_sentcl.data import ViewCollator, add_length_column, load_training_dataset, tokenize_views
-from hf_sentcl.data.corpus import check_train_file
+from hf_sentcl.data.corpus import check_train_file, text_sources
 from hf_sentcl.defaults import resolve_data_dir, resolve_model_name
 from hf_sentcl.evaluate import EvaluationSuites, SuiteResults, check_suites, markdown_report, run_results
 from hf_sentcl.evaluation.plots import write_run_plots
@@ -75,7 +75,7 @@ def validate_recipe(recipe: Recipe) -> None:
                 data.check()
     except ValueError as err:
         raise RecipeError(f"{recipe.source}: {err}") from None
-    sources = [k for k in ("train_file", "dataset_name", "unlabeled_sts") if getattr(recipe.data, k) is not None]
+    sources = text_sources(recipe.data)
     if None in stage_data and len(sources) != 1:
         raise RecipeError(
             f"{recipe.source}: set exactly one of 'train_file', 'dataset_name', 'unlabeled_sts' "

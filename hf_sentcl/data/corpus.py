@@ -24,13 +24,31 @@ def check_train_file(path: str | None) -> Path | None:
     return resolved
 
 
+#: the recipe keys that name training text; a recipe sets one of them
+TEXT_SOURCES = ("train_file", "dataset_name", "unlabeled_sts")
+#: file extension -> `datasets` builder
+FILE_BUILDERS = {"txt": "text", "text": "text", "csv": "csv", "tsv": "csv", "json": "json", "jsonl": "json"}
+
+
+def text_sources(data_args: DataArguments) -> list[str]:
+    """The keys of `TEXT_SOURCES` that `data_args` sets."""
+    return [k for k in TEXT_SOURCES if getattr(data_args, k) is not None]
+
+
+def load_data_file(path: Path) -> Dataset:
+    """A local .txt (one example per line), .csv, .tsv or .json(l) file as a Dataset (extension in FILE_BUILDERS)."""
+    suffix = path.suffix.lower().lstrip(".")
+    extra = {"delimiter": "\t"} if suffix == "tsv" else {}
+    return load_dataset(FILE_BUILDERS[suffix], data_files=str(path), split="train", **extra)
+
+
 def load_training_dataset(data_args: DataArguments, text_columns: tuple[str, ...]) -> Dataset:
     """Load the raw training examples with the given text columns (one column per view).
 
     `.txt` files give one sentence per line (blank lines dropped); `.csv`/`.json(l)` files and `datasets` ids
     must contain the requested columns.
     """
-    sources = [k for k in ("train_file", "dataset_name", "unlabeled_sts") if getattr(data_args, k) is not None]
+    sources = text_sources(data_args)
     if len(sources) != 1:
         raise ValueError(
             "Set exactly one source of training text: 'train_file', 'dataset_name' or 'unlabeled_sts' "
@@ -45,11 +63,9 @@ def load_training_dataset(data_args: DataArguments, text_columns: tuple[str, ...
     elif data_args.train_file is not None:
         path = check_train_file(data_args.train_file)
         suffix = path.suffix.lower().lstrip(".")
-        builder = {"txt": "text", "text": "text", "csv": "csv", "tsv": "csv", "json": "json", "jsonl": "json"}.get(suffix)
-        if builder is None:
+        if suffix not in FILE_BUILDERS:
             raise ValueError(f"train_file '{path}': unsupported extension '.{suffix}' (use .txt, .csv, .tsv, .jsonl).")
-        extra = {"delimiter": "\t"} if suffix == "tsv" else {}
-        dataset = load_dataset(builder, data_files=str(path), split="train", **extra)
+        dataset = load_data_file(path)
         source = f"train_file '{path}'"
     else:
         dataset = load_dataset(data_args.dataset_name, data_args.dataset_config_name, split=data_args.dataset_split)

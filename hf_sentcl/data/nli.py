@@ -23,14 +23,14 @@ from datasets import ClassLabel, Dataset, concatenate_datasets, load_dataset
 from transformers import PreTrainedTokenizerBase
 
 from hf_sentcl.data.collators import ViewCollator
-from hf_sentcl.data.corpus import tokenize_views
+from hf_sentcl.data.corpus import load_data_file, tokenize_views
 from hf_sentcl.defaults import resolve_data_dir
 
 NLI_LABELS = ("entailment", "neutral", "contradiction")
 NLI_TEXT_COLUMNS = ("premise", "hypothesis")
 NO_GOLD_LABELS = ("-", "-1", -1)
 SENTEVAL_SOURCE = "senteval"
-FILE_BUILDERS = {"csv": "csv", "tsv": "csv", "json": "json", "jsonl": "json"}
+TABLE_SUFFIXES = ("csv", "tsv", "json", "jsonl")  # NLI files are tables (premise, hypothesis, label)
 SENTEVAL_FILES = ("s1", "s2", "labels")
 
 
@@ -66,7 +66,7 @@ def resolve_nli_source(
     suffix = path.suffix.lower().lstrip(".")
     if path.is_dir():
         return NLISource("senteval", str(path), tuple(splits or ("train",)))
-    if suffix in FILE_BUILDERS or path.is_file() or source.startswith((".", "/", "~")):
+    if suffix in TABLE_SUFFIXES or path.is_file() or source.startswith((".", "/", "~")):
         if splits:
             raise ValueError(f"key 'nli_splits' does not apply to the file '{path}'; remove it.")
         return NLISource("file", str(path))
@@ -80,7 +80,7 @@ def check_nli_source(source: NLISource) -> None:
         path = Path(source.location)
         if not path.is_file():
             raise FileNotFoundError(f"NLI file '{path}' does not exist (recipe key 'nli_source').")
-        if path.suffix.lower().lstrip(".") not in FILE_BUILDERS:
+        if path.suffix.lower().lstrip(".") not in TABLE_SUFFIXES:
             raise ValueError(f"NLI file '{path}': unsupported extension (use .csv, .tsv, .json or .jsonl).")
     elif source.kind == "senteval":
         for split in source.splits:
@@ -139,9 +139,7 @@ def load_nli_pairs(source: NLISource, max_samples: int | None = None) -> Dataset
     if source.kind == "senteval":
         parts = [read_senteval_nli(source.location, split) for split in source.splits]
     elif source.kind == "file":
-        suffix = Path(source.location).suffix.lower().lstrip(".")
-        extra = {"delimiter": "\t"} if suffix == "tsv" else {}
-        parts = [load_dataset(FILE_BUILDERS[suffix], data_files=source.location, split="train", **extra)]
+        parts = [load_data_file(Path(source.location))]
     else:
         parts = [load_dataset(source.location, source.config_name, split=split) for split in source.splits]
     dataset = concatenate_datasets(parts) if len(parts) > 1 else parts[0]

@@ -34,6 +34,7 @@ from torch import nn
 
 from hf_sentcl.augment.embedding import AugmentationRates, EmbeddingAugmenter, fgv_perturbation
 from hf_sentcl.configs.consert import CHAINED_MODES
+from hf_sentcl.data.corpus import text_sources
 from hf_sentcl.data.nli import NLI_LABELS, NLITrainData, resolve_nli_source
 from hf_sentcl.export import EXPORT_DIRNAME
 from hf_sentcl.losses import nt_xent, pair_classification_loss
@@ -44,7 +45,6 @@ CLASSIFIER_NAME = "consert_classifier"
 CLASSIFIER_FILE = "consert_classifier.safetensors"
 NLI_CLASSES = len(NLI_LABELS)
 STAGE_DIRNAME = "stage-1"
-TEXT_SOURCES = ("train_file", "dataset_name", "unlabeled_sts")
 
 
 def disable_dropout(module: nn.Module) -> int:
@@ -203,7 +203,7 @@ def consert_stages(recipe) -> list:
     <output_dir>/stage-1 resumes stage 1 (then stage 2 runs), any other resumes stage 2 alone from stage 1's export.
     """
     args = recipe.training
-    sources = [k for k in TEXT_SOURCES if getattr(recipe.data, k) is not None]
+    sources = text_sources(recipe.data)
     if args.supervised_mode in ("sup", "joint") and sources:
         raise ValueError(
             f"supervised_mode '{args.supervised_mode}' trains on nli_source only; {sources} would be unused "
