@@ -402,9 +402,7 @@ def _transfer_table(transfer: Mapping[str, Any] | None, labels: Mapping[str, str
     """The card's transfer table: flat `{task: acc}` or per run label (`before`/`after`, shown as `labels`)."""
     if not transfer:
         return None
-    if all(isinstance(v, Mapping) for v in transfer.values()):
-        transfer = {labels.get(k, k): v for k, v in transfer.items()}
-    return transfer_markdown_table(transfer, note=False)
+    return transfer_markdown_table({labels.get(k, k): v for k, v in transfer.items()}, note=False)
 
 
 DEV_COLUMNS = {"eval_stsb_spearman": "STS-B dev Spearman × 100", "eval_alignment": "alignment",
@@ -469,9 +467,8 @@ def render_model_card(
     method = results.get("method")
     settings = results.get("recipe_settings") or {}
     sts = results.get("sts") or {}
-    labels = RUN_LABELS
     sts_table = (
-        sts_markdown_table({labels.get(k, k): v for k, v in sts.items()}, results.get("sts_mode", "all"))
+        sts_markdown_table({RUN_LABELS.get(k, k): v for k, v in sts.items()}, results.get("sts_mode", "all"))
         if sts else None
     )
     mteb_scores = results.get("mteb_sts")
@@ -499,7 +496,7 @@ def render_model_card(
         sts_table=sts_table,
         sts_mode=results.get("sts_mode"),
         mteb_table=_mteb_markdown_table(mteb_scores) if mteb_scores else None,
-        transfer_table=_transfer_table(results.get("transfer"), labels),
+        transfer_table=_transfer_table(results.get("transfer"), RUN_LABELS),
         plots=[{"path": p, "caption": PLOT_CAPTIONS.get(Path(p).name, Path(p).stem.replace("_", " "))} for p in plots],
         precision=results.get("precision"),
         versions=results.get("versions") or library_versions(),
