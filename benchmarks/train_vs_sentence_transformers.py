@@ -56,6 +56,7 @@ from training_cost import alternating, medians, profile_training_step, ratio, tr
 from hf_sentcl.data import load_training_dataset
 from hf_sentcl.defaults import EMBEDDED_MODEL_ALIAS, resolve_data_dir, resolve_model_name
 from hf_sentcl.evaluation.sts import STSEvaluator
+from hf_sentcl.modeling.fast_dropout import ATTENTION_NAME as FAST_DROPOUT_ATTENTION
 from hf_sentcl.parser import Recipe, parse_cli_overrides, parse_recipe
 
 HF, ST = "hf_sentcl", "sentence-transformers"
@@ -109,17 +110,27 @@ def check_like_with_like(hf_trainer, hf_encoder, st_trainer, st_model) -> dict[s
         for key in SHARED_TRAINING_KEYS if getattr(hf_trainer.args, key) != getattr(st_trainer.args, key)
     ]
     hf_backbone, st_backbone = hf_encoder.backbone.config, st_model[0].auto_model.config
-    for key in ("hidden_dropout_prob", "attention_probs_dropout_prob", "_attn_implementation"):
+    for key in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
         if getattr(hf_backbone, key) != getattr(st_backbone, key):
             differences.append(f"{key}: {getattr(hf_backbone, key)!r} vs {getattr(st_backbone, key)!r}")
+    if attention_kernel(hf_backbone) != attention_kernel(st_backbone):
+        differences.append(f"attention: {hf_backbone._attn_implementation!r} vs {st_backbone._attn_implementation!r}")
     st_pooling = st_model[1].pooling_mode
     if (hf_encoder.config.pooling, hf_encoder.config.head) != ("mean", "none") or st_pooling != "mean":
         differences.append(f"pooling: {hf_encoder.config.pooling}+{hf_encoder.config.head} vs {st_pooling}")
     if differences:
         raise SystemExit("hf_sentcl and sentence-transformers are not set up alike: " + "; ".join(differences))
     shared = {key: str(getattr(hf_trainer.args, key)) for key in SHARED_TRAINING_KEYS}
-    shared.update(dropout=hf_backbone.hidden_dropout_prob, attention=hf_backbone._attn_implementation, pooling="mean")
+    shared.update(dropout=hf_backbone.hidden_dropout_prob, attention=attention_kernel(hf_backbone), pooling="mean")
+    shared["hf_sentcl_fast_dropout"] = str(hf_trainer.args.fast_dropout)
     return shared
+
+
+def attention_kernel(config) -> str:
+    """The attention kernel; hf_sentcl's `sdpa_fast_dropout` is SDPA (same attention, same dropout rate, masks drawn
+    by `fast_dropout` while training on CPU)."""
+    name = config._attn_implementation
+    return "sdpa" if name == FAST_DROPOUT_ATTENTION else name
 
 
 # ---------------------------------------------------------------------------------------------- STS after training

@@ -45,6 +45,7 @@ from transformers import Trainer
 from hf_sentcl.distributed import gather_with_grad, world_size
 from hf_sentcl.evaluation.alignment import sts_alignment_uniformity
 from hf_sentcl.evaluation.sts import STSEvaluator
+from hf_sentcl.modeling.fast_dropout import use_fast_dropout
 from hf_sentcl.trainers.cached import cached_training_step
 from hf_sentcl.trainers.callbacks import TrainingCostCallback
 from hf_sentcl.trainers.length_buckets import forward_in_length_buckets
@@ -110,6 +111,8 @@ class ContrastiveTrainer(Trainer):
     def __init__(self, *args, dev_evaluator: STSEvaluator | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         freeze_backbone_pooler(self.model)
+        if self.args.fast_dropout:
+            use_fast_dropout(self.model)
         self.dev_evaluator = dev_evaluator
         self.loss_is_scaled_for_ga = False
         self._metrics: dict[str, list[torch.Tensor]] = defaultdict(list)

@@ -1,0 +1,125 @@
+"""Dropout for CPU training that draws its masks in bulk.
+
+On CPU, torch's dropout samples one Bernoulli variable per element (`bernoulli_`): for SimCSE on MiniLM that is a
+quarter of a bf16 training step. Here every 64-bit draw of torch's generator gives four 16-bit numbers, and an
+element is dropped when its number falls below p * 65536. It is the same dropout (each element dropped
+independently with probability p rounded to a multiple of 1/65536, survivors scaled by the exact inverse keep
+rate) drawn ~2.5x faster. The masks come from torch's default generator, so `torch.manual_seed` and the cached
+step's saved random states reproduce them. On other devices the native (fused) dropout is kept.
+
+`use_fast_dropout(model)` puts it in place in a model: every `nn.Dropout` module becomes a `FastDropout`, and a
+model whose config selects SDPA attention gets the attention function `sdpa_fast_dropout`, which runs attention
+explicitly with fast dropout on the probabilities while training on CPU and is plain SDPA everywhere else.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+_LEVELS = 1 << 16
+ATTENTION_NAME = "sdpa_fast_dropout"
+
+
+def _keep_mask(shape: torch.Size, p: float, device: torch.device) -> tuple[torch.Tensor, float]:
+    """A bool mask that keeps each element with probability 1 - q, q = round(p * 65536) / 65536, and 1 / (1 - q)."""
+    dropped_levels = round(p * _LEVELS)
+    count = shape.numel()
+    bits = torch.randint(-(1 << 63), (1 << 63) - 1, ((count + 3) // 4,), dtype=torch.int64, device=device)
+    numbers = bits.view(torch.int16)[:count].view(shape)  # uniform over -32768 .. 32767
+    keep = numbers >= dropped_levels - _LEVELS // 2
+    return keep, _LEVELS / (_LEVELS - dropped_levels)
+
+
+class _MaskedScale(torch.autograd.Function):
+    """x * keep * scale, keeping only the bool mask for backward (as native dropout does)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, keep: torch.Tensor, scale: float) -> torch.Tensor:
+        ctx.save_for_backward(keep)
+        ctx.scale = scale
+        return x * keep * scale
+
+    @staticmethod
+    def backward(ctx, grad_output: torch.Tensor):
+        (keep,) = ctx.saved_tensors
+        return grad_output * keep * ctx.scale, None, None
+
+
+def fast_dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
+    """`F.dropout(x, p, training)` with bulk-drawn masks on CPU (see the module docstring)."""
+    if not 0 <= p <= 1:
+        raise ValueError(f"dropout probability must be in [0, 1], got {p}.")
+    if not training or p == 0:
+        return x
+    if x.device.type != "cpu" or round(p * _LEVELS) == _LEVELS:
+        return nn.functional.dropout(x, p, training)
+    keep, scale = _keep_mask(x.shape, p, x.device)
+    return _MaskedScale.apply(x, keep, scale)
+
+
+class FastDropout(nn.Dropout):
+    """`nn.Dropout` (same p, same state dict, same train/eval switch) with `fast_dropout` on CPU."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.inplace:
+            return super().forward(x)
+        return fast_dropout(x, self.p, self.training)
+
+
+def sdpa_fast_dropout(module: nn.Module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None, **kwargs):
+    """Attention for `AttentionInterface`: SDPA, except bidirectional attention with dropout on CPU, which is
+    computed explicitly (softmax(q k^T * scaling + mask) then `fast_dropout`, as SDPA's own math path does)."""
+    explicit = (
+        dropout > 0
+        and query.device.type == "cpu"
+        and query.shape[1] == key.shape[1]
+        and not kwargs.get("is_causal", getattr(module, "is_causal", False))
+        and kwargs.get("position_bias") is None
+        and kwargs.get("cache") is None
+    )
+    if not explicit:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    scores = torch.matmul(query, key.transpose(-1, -2)) * scale
+    if attention_mask is not None:
+        if attention_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
+        else:
+            scores = scores + attention_mask
+    probabilities = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    probabilities = fast_dropout(probabilities, dropout)
+    output = torch.matmul(probabilities, value).transpose(1, 2).contiguous()
+    return output, None
+
+
+AttentionInterface.register(ATTENTION_NAME, sdpa_fast_dropout)
+ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION_NAME, sdpa_mask)
+
+
+def use_fast_dropout(model: nn.Module) -> int:
+    """Swap every `nn.Dropout` of `model` for a `FastDropout` and move SDPA attention to `sdpa_fast_dropout`.
+
+    Weights, probabilities and the saved config are unchanged. Returns the number of dropout modules swapped."""
+    swapped = 0
+    for module in model.modules():
+        if type(module) is nn.Dropout:
+            module.__class__ = FastDropout
+            swapped += 1
+        config = getattr(module, "config", None)
+        if getattr(config, "_attn_implementation", None) == "sdpa":
+            config._attn_implementation = ATTENTION_NAME
+    return swapped
+
+
+def restore_native_dropout(model: nn.Module) -> None:
+    """Undo `use_fast_dropout` (native dropout modules, SDPA attention)."""
+    for module in model.modules():
+        if type(module) is FastDropout:
+            module.__class__ = nn.Dropout
+        config = getattr(module, "config", None)
+        if getattr(config, "_attn_implementation", None) == ATTENTION_NAME:
+            config._attn_implementation = "sdpa"
