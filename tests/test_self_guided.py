@@ -279,6 +279,23 @@ def test_frozen_views_do_not_depend_on_padding(tiny_bert_dir, tmp_path):
         torch.testing.assert_close(together[0], single[0], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("frozen_dropout", [False, True])
+def test_frozen_dropout_noises_views_only_while_training(tiny_bert_dir, tmp_path, frozen_dropout):
+    """By default BERT_F's views are deterministic; with `frozen_dropout` (the authors' code) they carry dropout
+    while BERT_T trains, and are deterministic again in evaluation. The weights stay frozen either way."""
+    encoder, trainer = make_trainer(tiny_bert_dir, tmp_path, frozen_dropout=frozen_dropout)
+    batch = encoder.tokenizer(["the cat runs", "a dog plays in the park"], padding=True, return_tensors="pt")
+    frozen_before = snapshot(trainer.frozen_backbone)
+    encoder.train()
+    first = trainer.frozen_views(batch["input_ids"], batch["attention_mask"])
+    second = trainer.frozen_views(batch["input_ids"], batch["attention_mask"])
+    assert torch.equal(first, second) != frozen_dropout
+    encoder.eval()
+    assert torch.equal(*(trainer.frozen_views(batch["input_ids"], batch["attention_mask"]) for _ in range(2)))
+    assert not trainer.frozen_backbone.training
+    assert all(torch.equal(v, frozen_before[k]) for k, v in trainer.frozen_backbone.state_dict().items())
+
+
 def test_saved_encoder_is_last_layer_cls_without_head_or_frozen_copy(tiny_bert_dir, tmp_path):
     """The saved model holds BERT_T only (no projection head, no frozen copy); it reloads with [CLS] pooling and
     embeds like the trained backbone's last-layer [CLS]. The head sits in its own file for resuming."""

@@ -39,6 +39,14 @@ class SelfGuidedConfig(SentCLTrainingArguments):
             "negative indices count from the end). Default: all of 0..l."
         },
     )
+    frozen_dropout: bool = field(
+        default=False,
+        metadata={
+            "help": "Run the frozen copy BERT_F with its dropout on (weights still frozen), so every view is a "
+            "dropout-noised view. The paper describes BERT_F as fixed (default False: eval mode); the authors' "
+            "released code leaves it in train mode, because its loss module's train() reaches the copy."
+        },
+    )
     projection_head: bool = field(
         default=True,
         metadata={"help": "Apply the projection head f to c and h (False is Table 5's '- projection head' ablation)."},

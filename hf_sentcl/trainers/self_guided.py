@@ -1,8 +1,8 @@
 """Self-guided contrastive learning, SG and SG-OPT (Kim et al. 2021, section 3).
 
 The encoder being trained is BERT_T; its last-layer [CLS] vector c_i is the sentence embedding. At construction
-the trainer clones the backbone into BERT_F (no gradients, eval mode, kept outside the model so it is neither
-optimised nor saved) and freezes BERT_T's embedding layer (layer 0). Each step:
+the trainer clones the backbone into BERT_F (no gradients, eval mode unless `frozen_dropout`, kept outside the
+model so it is neither optimised nor saved) and freezes BERT_T's embedding layer (layer 0). Each step:
 
 1. c = BERT_T's last-layer [CLS] for the batch (one forward, with gradient);
 2. one `torch.no_grad` forward of BERT_F gives every hidden state; pooling p (max or mean over real tokens) of each
@@ -87,8 +87,9 @@ def pool_views(
 
 
 def frozen_copy(module: nn.Module) -> nn.Module:
-    """A clone of `module` that never trains: no parameter requires gradient and it stays in eval mode. A LoRA-wrapped
-    module is cloned with its adapters merged, i.e. as the plain model it computes."""
+    """A clone of `module` that never trains: no parameter requires gradient, and it starts in eval mode (only
+    `frozen_dropout` switches its dropout on, per step). A LoRA-wrapped module is cloned with its adapters merged,
+    i.e. as the plain model it computes."""
     clone = frozen_base_copy(module)
     clone.requires_grad_(False)
     return clone.eval()  # not a submodule of the trained model, so Trainer's model.train() never reaches it
@@ -109,7 +110,7 @@ class SelfGuidedTrainer(TrainingHeadsMixin, ContrastiveTrainer):
     """SG / SG-OPT: pull BERT_T's [CLS] towards pooled hidden layers of a frozen clone BERT_F.
 
     Recipe knobs: `objective` (sg, opt1, opt2, sg-opt), `temperature`, `regularizer_weight` (lambda),
-    `view_pooling`, `view_layers`, `projection_head`, `projection_size`, `early_stopping_patience`.
+    `view_pooling`, `view_layers`, `frozen_dropout`, `projection_head`, `projection_size`, `early_stopping_patience`.
     """
 
     dropout_copies = 1
@@ -146,10 +147,11 @@ class SelfGuidedTrainer(TrainingHeadsMixin, ContrastiveTrainer):
     @torch.no_grad()
     def frozen_views(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """All views h_{i,k} from ONE autograd-free forward of BERT_F: (b, len(view_layers), d). With
-        `mini_batch_size` the forward runs in mini-batches of that size (BERT_F is in eval mode: same result)."""
+        `mini_batch_size` the forward runs in mini-batches of that size (in eval mode, the same result)."""
         frozen = self.frozen_backbone
         if next(frozen.parameters()).device != input_ids.device:
             frozen.to(input_ids.device)
+        frozen.train(self.args.frozen_dropout and self.model.training)
         size = self.args.mini_batch_size or len(input_ids)
         views = []
         for start in range(0, len(input_ids), size):
