@@ -29,7 +29,8 @@ def test_rate_and_scale(p, dtype):
     assert abs(dropped - p) < 5 * (p * (1 - p) / n) ** 0.5  # within 5 binomial standard deviations
     survivors = y[y != 0].float()
     q = round(p * 65536) / 65536
-    assert torch.allclose(survivors, torch.full_like(survivors, 1 / (1 - q)), rtol=1e-2 if dtype == torch.bfloat16 else 1e-6)
+    tolerance = 1e-2 if dtype == torch.bfloat16 else 1e-6
+    assert torch.allclose(survivors, torch.full_like(survivors, 1 / (1 - q)), rtol=tolerance)
 
 
 def test_masks_are_independent_of_position():

@@ -70,7 +70,16 @@ class FastDropout(nn.Dropout):
         return fast_dropout(x, self.p, self.training)
 
 
-def sdpa_fast_dropout(module: nn.Module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None, **kwargs):
+def sdpa_fast_dropout(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
     """Attention for `AttentionInterface`: SDPA, except bidirectional attention with dropout on CPU, which is
     computed explicitly (softmax(q k^T * scaling + mask) then `fast_dropout`, as SDPA's own math path does)."""
     explicit = (
@@ -82,7 +91,9 @@ def sdpa_fast_dropout(module: nn.Module, query, key, value, attention_mask, drop
         and kwargs.get("cache") is None
     )
     if not explicit:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     scores = torch.matmul(query, key.transpose(-1, -2)) * scale
     if attention_mask is not None:
