@@ -111,26 +111,26 @@ AttentionInterface.register(ATTENTION_NAME, sdpa_fast_dropout)
 ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION_NAME, sdpa_mask)
 
 
+def _switch(model: nn.Module, dropout_from: type, dropout_to: type, attention_from: str, attention_to: str) -> int:
+    """Re-class every `dropout_from` module as `dropout_to` and move configs on `attention_from` to `attention_to`."""
+    switched = 0
+    for module in model.modules():
+        if type(module) is dropout_from:
+            module.__class__ = dropout_to
+            switched += 1
+        config = getattr(module, "config", None)
+        if getattr(config, "_attn_implementation", None) == attention_from:
+            config._attn_implementation = attention_to
+    return switched
+
+
 def use_fast_dropout(model: nn.Module) -> int:
     """Swap every `nn.Dropout` of `model` for a `FastDropout` and move SDPA attention to `sdpa_fast_dropout`.
 
     Weights, probabilities and the saved config are unchanged. Returns the number of dropout modules swapped."""
-    swapped = 0
-    for module in model.modules():
-        if type(module) is nn.Dropout:
-            module.__class__ = FastDropout
-            swapped += 1
-        config = getattr(module, "config", None)
-        if getattr(config, "_attn_implementation", None) == "sdpa":
-            config._attn_implementation = ATTENTION_NAME
-    return swapped
+    return _switch(model, nn.Dropout, FastDropout, "sdpa", ATTENTION_NAME)
 
 
 def restore_native_dropout(model: nn.Module) -> None:
     """Undo `use_fast_dropout` (native dropout modules, SDPA attention)."""
-    for module in model.modules():
-        if type(module) is FastDropout:
-            module.__class__ = nn.Dropout
-        config = getattr(module, "config", None)
-        if getattr(config, "_attn_implementation", None) == ATTENTION_NAME:
-            config._attn_implementation = "sdpa"
+    _switch(model, FastDropout, nn.Dropout, ATTENTION_NAME, "sdpa")

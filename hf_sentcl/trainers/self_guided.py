@@ -151,7 +151,8 @@ class SelfGuidedTrainer(TrainingHeadsMixin, ContrastiveTrainer):
         frozen = self.frozen_backbone
         if next(frozen.parameters()).device != input_ids.device:
             frozen.to(input_ids.device)
-        frozen.train(self.args.frozen_dropout and self.model.training)
+        if self.args.frozen_dropout:  # otherwise BERT_F stays in the eval mode it was built in
+            frozen.train(self.model.training)
         size = self.args.mini_batch_size or len(input_ids)
         views = []
         for start in range(0, len(input_ids), size):
