@@ -172,11 +172,6 @@ def run_stage(recipe: Recipe) -> dict[str, Any]:
 
     dev_evaluator = STSEvaluator(data_dir, tasks=("STSBenchmark",), split="dev")
     suites = EvaluationSuites(data_dir, recipe.data.eval_tasks, sts_mode=recipe.data.sts_mode)
-    final: dict[str, SuiteResults] = {}  # "before"/"after" training
-    if suites.suites and recipe.data.eval_before_training and state.is_main_process:
-        final["before"] = evaluate_suites(encoder, suites, recipe)
-        print(markdown_report({RUN_LABELS["before"]: final["before"]}, recipe.data.sts_mode), flush=True)
-
     dev_pairs = dev_evaluator.data["STSBenchmark"]["dev"]
     trainer = spec.trainer_class(
         model=encoder,
@@ -191,6 +186,11 @@ def run_stage(recipe: Recipe) -> dict[str, Any]:
         dev_evaluator=dev_evaluator,
     )
     parameters = parameter_counts(trainer.model)
+    final: dict[str, SuiteResults] = {}  # "before"/"after" training
+    # After the trainer is built, so "before" scores the encoder that trains (CLEAR's from_scratch replaces it).
+    if suites.suites and recipe.data.eval_before_training and state.is_main_process:
+        final["before"] = evaluate_suites(encoder, suites, recipe)
+        print(markdown_report({RUN_LABELS["before"]: final["before"]}, recipe.data.sts_mode), flush=True)
     train_output = trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     trained = trainer.accelerator.unwrap_model(trainer.model)
     if args.export_adapter and trainer.is_world_process_zero():

@@ -14,6 +14,7 @@ from torch import nn
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, TrainerState
 
 from hf_sentcl import SentenceEncoder
+from hf_sentcl import run as run_module
 from hf_sentcl.augment.wordnet import WordNetError
 from hf_sentcl.configs import CLEARConfig
 from hf_sentcl.data import ViewCollator, tokenize_views
@@ -292,6 +293,35 @@ def test_from_scratch_builds_a_fresh_backbone_of_the_recipe_size(tiny_bert_dir, 
     trainer.train()
     assert all(np.isfinite(e["loss"]) for e in trainer.state.log_history if "loss" in e)
     assert encoder.encode(["a man plays the guitar"]).shape == (1, 16)
+
+
+def test_from_scratch_run_evaluates_the_fresh_backbone_before_training(
+    tiny_bert_dir, senteval_dir, tmp_path, monkeypatch
+):
+    """The "before training" row of a from_scratch run scores the freshly built backbone, not the checkpoint."""
+
+    class Stop(Exception):
+        pass
+
+    evaluated = []
+
+    def record_and_stop(encoder, suites, recipe):
+        evaluated.append(encoder.backbone.config.num_hidden_layers)
+        raise Stop
+
+    monkeypatch.setattr(run_module, "evaluate_suites", record_and_stop)
+    corpus = tmp_path / "train.txt"
+    corpus.write_text("\n".join(random_sentences(8, seed=3, min_words=8, max_words=14)) + "\n")
+    recipe = tmp_path / "clear.yaml"
+    recipe.write_text(
+        f"method: clear\nmodel_name_or_path: {tiny_bert_dir}\npooling: cls\nhead: none\ntrain_file: {corpus}\n"
+        f"sts_data_dir: {senteval_dir}\noutput_dir: {tmp_path / 'out'}\naugmentation: del_word\nuse_cpu: true\n"
+        "from_scratch: true\nscratch_num_hidden_layers: 1\nper_device_train_batch_size: 4\n"
+    )
+    assert AutoModel.from_pretrained(tiny_bert_dir).config.num_hidden_layers != 1
+    with pytest.raises(Stop):
+        run_module.main([str(recipe)])
+    assert evaluated == [1]
 
 
 # ------------------------------------------------------------------------------------------ config and errors
