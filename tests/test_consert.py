@@ -391,6 +391,18 @@ def test_joint_blocks_reuse_the_clean_pass(tiny_bert_dir, tmp_path, a, b, advers
     assert trainer.supervised_blocks() == expected
 
 
+@pytest.mark.parametrize(
+    "mode,adversarial,passes", [("unsup", False, 2), ("sup", False, 1), ("joint", False, 3), ("joint", True, 4)]
+)
+def test_flop_estimate_counts_the_encoder_passes_of_the_mode(tiny_bert_dir, tmp_path, mode, adversarial, passes):
+    """Trainer's FLOP estimate is 6 x tokens x non-embedding parameters per encoder pass of the step."""
+    encoder, trainer = make_trainer(tiny_bert_dir, tmp_path, supervised_mode=mode, augmentation1="shuffle",
+                                    augmentation2="feature_cutoff", adversarial=adversarial)
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(4)])
+    per_token = 6 * encoder.num_parameters(exclude_embeddings=True)
+    assert trainer.floating_point_ops(batch) == batch["input_ids"].numel() * passes * per_token
+
+
 def test_adversarial_perturbation_ascends_the_supervised_loss(tiny_bert_dir, tmp_path):
     """FGV: zero outside the perturbed block and on padding, norm epsilon per sentence, and adding it to the clean
     embeddings raises L_ce (it follows the loss gradient)."""

@@ -63,7 +63,13 @@ class ConSERTTrainer(TrainingHeadsMixin, ContrastiveTrainer):
     `supervised_mode`, `alpha`, `adversarial`, `encoder_dropout`, `nli_source`, ...).
     """
 
-    dropout_copies = 2  # two augmented copies of every text view
+    @property
+    def dropout_copies(self) -> int:
+        """Encoder passes over every text per step, for Trainer's FLOP estimate: the T1 and T2 copies (unsup), or
+        the supervised blocks, plus the adversarial gradient pass when there is one."""
+        if self.mode == "unsup":
+            return 2
+        return len(self.supervised_blocks()[0]) + int(self.args.adversarial)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
