@@ -279,6 +279,28 @@ def test_frozen_views_do_not_depend_on_padding(tiny_bert_dir, tmp_path):
         torch.testing.assert_close(together[0], single[0], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("bf16", [False, True])
+def test_frozen_copy_and_head_follow_the_training_precision(tiny_bert_dir, tmp_path, bf16):
+    """With `bf16: true` BERT_F's forward and the projection head run under the same bf16 autocast as BERT_T (they
+    are outside the model's wrapped forward, so they would otherwise run in fp32); the pooled views stay fp32 and
+    match an fp32 forward to bf16 rounding."""
+    encoder, trainer = make_trainer(tiny_bert_dir, tmp_path, bf16=bf16)
+    dtypes = []
+    record = lambda module, args, output: dtypes.append(output.dtype)  # noqa: E731
+    trainer.frozen_backbone.encoder.layer[0].output.dense.register_forward_hook(record)
+    trainer.projection_head.layers[2].register_forward_hook(record)
+    batch = encoder.tokenizer(["the cat runs", "a dog plays in the park"], padding=True, return_tensors="pt")
+    views = trainer.frozen_views(batch["input_ids"], batch["attention_mask"])
+    projected = trainer.project(views)
+    expected = torch.bfloat16 if bf16 else torch.float32
+    assert dtypes == [expected, expected] and projected.dtype == expected and views.dtype == torch.float32
+    with torch.no_grad():
+        states = trainer.frozen_backbone(**batch, output_hidden_states=True).hidden_states
+    reference = pool_views(states, batch["attention_mask"], trainer.view_layers, trainer.args.view_pooling)
+    tolerance = dict(atol=5e-2, rtol=2e-2) if bf16 else dict(atol=0, rtol=0)
+    torch.testing.assert_close(views, reference, **tolerance)
+
+
 @pytest.mark.parametrize("frozen_dropout", [False, True])
 def test_frozen_dropout_noises_views_only_while_training(tiny_bert_dir, tmp_path, frozen_dropout):
     """By default BERT_F's views are deterministic; with `frozen_dropout` (the authors' code) they carry dropout
