@@ -153,6 +153,22 @@ def test_one_forward_equals_separate_passes(tiny_backbone_dir, tmp_path, perturb
     assert logged["train/contrastive_loss"] == pytest.approx(contrastive.item(), rel=1e-5)
 
 
+@pytest.mark.parametrize("bf16", [False, True])
+def test_heads_follow_the_training_precision(tiny_bert_dir, tmp_path, bf16):
+    """With `bf16: true`, g and the MLM head run under the model's bf16 autocast although they sit outside its
+    forward; the MLM cross-entropy and the loss stay fp32."""
+    encoder, trainer = make_trainer(tiny_bert_dir, tmp_path, augmentation="del_word", bf16=bf16)
+    heads = getattr(encoder, HEADS_NAME)
+    dtypes = {}
+    for name in ("projection", "mlm"):
+        linear = [m for m in heads[name].modules() if isinstance(m, nn.Linear)][-1]
+        linear.register_forward_hook(lambda module, args, out, name=name: dtypes.update({name: out.dtype}))
+    batch = next(iter(trainer.get_train_dataloader()))
+    loss = trainer.compute_loss(trainer.model, batch)
+    expected = torch.bfloat16 if bf16 else torch.float32
+    assert dtypes == {"projection": expected, "mlm": expected} and loss.dtype == torch.float32
+
+
 @pytest.fixture(scope="module", params=["bert", "roberta"])
 def spread_backbone_dir(request, tmp_path_factory):
     """Tiny BERT / RoBERTa initialised with std 0.2: with BERT's 0.02 the 2-layer random model gives every sentence
