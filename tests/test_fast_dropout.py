@@ -2,6 +2,7 @@
 gradient rule, reproducible from the seed, and every dropout site of a backbone uses it while eval is untouched."""
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -105,3 +106,19 @@ def test_backbone_uses_it_everywhere_and_eval_is_unchanged(tiny_bert_dir, tmp_pa
 
     restore_native_dropout(model)
     assert not any(isinstance(m, FastDropout) for m in model.modules()) and model.config._attn_implementation == "sdpa"
+
+
+@pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None, reason="inductor needs a C++ compiler")
+def test_rate_under_torch_compile():
+    """`torch_compile: true` traces the bulk draw (inductor replaces torch's generator by its own): every 16-bit
+    lane of the 64-bit draws still drops at rate p, survivors are scaled by 1 / (1 - p), and calls differ."""
+    compiled = torch.compile(lambda x: fast_dropout(x, 0.1, True))
+    torch.manual_seed(0)
+    ones = torch.ones(4096, 256)
+    out = compiled(ones)
+    dropped = (out == 0).flatten().double()
+    n = dropped.numel() // 4
+    for lane in range(4):  # the four int16 numbers of each int64 draw
+        assert abs(dropped[lane::4].mean().item() - 0.1) < 5 * (0.1 * 0.9 / n) ** 0.5
+    assert torch.allclose(out[out != 0], torch.tensor(65536 / (65536 - round(0.1 * 65536))))
+    assert not torch.equal(compiled(ones), out)
