@@ -163,8 +163,9 @@ def test_heads_follow_the_training_precision(tiny_bert_dir, tmp_path, bf16):
     for name in ("projection", "mlm"):
         linear = [m for m in heads[name].modules() if isinstance(m, nn.Linear)][-1]
         linear.register_forward_hook(lambda module, args, out, name=name: dtypes.update({name: out.dtype}))
+    trainer.current_gradient_accumulation_steps = 1  # set by Trainer's loop, which this test skips
     batch = next(iter(trainer.get_train_dataloader()))
-    loss = trainer.compute_loss(trainer.model, batch)
+    loss = trainer.training_step(trainer.model, batch)
     expected = torch.bfloat16 if bf16 else torch.float32
     assert dtypes == {"projection": expected, "mlm": expected} and loss.dtype == torch.float32
 

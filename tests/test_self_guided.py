@@ -281,17 +281,18 @@ def test_frozen_views_do_not_depend_on_padding(tiny_bert_dir, tmp_path):
 
 @pytest.mark.parametrize("bf16", [False, True])
 def test_frozen_copy_and_head_follow_the_training_precision(tiny_bert_dir, tmp_path, bf16):
-    """With `bf16: true` BERT_F's forward and the projection head run under the same bf16 autocast as BERT_T (they
-    are outside the model's wrapped forward, so they would otherwise run in fp32); the pooled views stay fp32 and
-    match an fp32 forward to bf16 rounding."""
+    """With `bf16: true` BERT_F's forward and the projection head run under the same bf16 autocast as BERT_T in a
+    training step (they are outside the model's wrapped forward, so they would otherwise run in fp32); the pooled
+    views stay fp32 and match an fp32 forward to bf16 rounding."""
     encoder, trainer = make_trainer(tiny_bert_dir, tmp_path, bf16=bf16)
     dtypes = []
     record = lambda module, args, output: dtypes.append(output.dtype)  # noqa: E731
     trainer.frozen_backbone.encoder.layer[0].output.dense.register_forward_hook(record)
     trainer.projection_head.layers[2].register_forward_hook(record)
     batch = encoder.tokenizer(["the cat runs", "a dog plays in the park"], padding=True, return_tensors="pt")
-    views = trainer.frozen_views(batch["input_ids"], batch["attention_mask"])
-    projected = trainer.project(views)
+    with trainer.compute_loss_context_manager():  # what Trainer.training_step and the cached step run the loss in
+        views = trainer.frozen_views(batch["input_ids"], batch["attention_mask"])
+        projected = trainer.project(views)
     expected = torch.bfloat16 if bf16 else torch.float32
     assert dtypes == [expected, expected] and projected.dtype == expected and views.dtype == torch.float32
     with torch.no_grad():

@@ -227,6 +227,13 @@ class ContrastiveTrainer(Trainer):
         # averages over processes, so the gradient is scaled back up by the world size.
         return scale_gradient(loss, world_size()), {"embeddings": gathered}
 
+    def autocast_smart_context_manager(self, cache_enabled: bool | None = True):
+        """The training's mixed precision around the whole loss computation (Trainer's `compute_loss_context_manager`
+        enters it), not only around the model's forward, which is all that accelerate wraps: modules the loss hooks
+        run outside that forward (SG's frozen copy and projection head, CLEAR's heads) compute in it too. The
+        losses compute their similarities and cross-entropies in fp32 on their own."""
+        return self.accelerator.autocast()
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         output = self.forward_views(model, inputs)
         loss, outputs = self.batch_loss(model, output.views, inputs)

@@ -74,42 +74,45 @@ def cached_training_step(trainer, model: torch.nn.Module, inputs: dict[str, torc
     chunks = split_batch(inputs, trainer.args.mini_batch_size)
     scale = gradient_accumulation_scale(trainer)
 
+    # The forwards run in `compute_loss_context_manager` (the training's autocast), the backwards outside it, as in
+    # Trainer.training_step.
+    # 1. embeddings of the whole batch (and the mini-batches' local terms), no activations kept
+    states, embedded, local = [], [], LocalTerms()
+    with torch.no_grad(), trainer.compute_loss_context_manager():
+        for chunk in chunks:
+            states.append(RandomState.capture(*chunk.values()))
+            output = trainer.forward_views(model, chunk)
+            embedded.append(output.views)
+            local.add(output, len(chunk["input_ids"]))
+    cached = torch.cat(embedded, dim=1).detach().requires_grad_()
+    del embedded
+
+    # 2. the whole-batch loss and its gradient with respect to the embeddings
     with trainer.compute_loss_context_manager():
-        # 1. embeddings of the whole batch (and the mini-batches' local terms), no activations kept
-        states, embedded, local = [], [], LocalTerms()
-        with torch.no_grad():
-            for chunk in chunks:
-                states.append(RandomState.capture(*chunk.values()))
-                output = trainer.forward_views(model, chunk)
-                embedded.append(output.views)
-                local.add(output, len(chunk["input_ids"]))
-        cached = torch.cat(embedded, dim=1).detach().requires_grad_()
-        del embedded
-
-        # 2. the whole-batch loss and its gradient with respect to the embeddings
         loss, _ = trainer.batch_loss(model, cached, inputs)
-        (embedding_grad,) = torch.autograd.grad(loss * scale, cached, retain_graph=True)
-        after = RandomState.capture(*inputs.values())
-        grads = embedding_grad.split([len(chunk["input_ids"]) for chunk in chunks], dim=1)
+    (embedding_grad,) = torch.autograd.grad(loss * scale, cached, retain_graph=True)
+    after = RandomState.capture(*inputs.values())
+    grads = embedding_grad.split([len(chunk["input_ids"]) for chunk in chunks], dim=1)
 
-        # 3. replay each mini-batch from its random state and back-propagate its slice of the gradient
-        def replay(index: int, whole_batch_loss: torch.Tensor | None = None) -> None:
-            states[index].restore()
+    # 3. replay each mini-batch from its random state and back-propagate its slice of the gradient
+    def replay(index: int, whole_batch_loss: torch.Tensor | None = None) -> None:
+        states[index].restore()
+        with trainer.compute_loss_context_manager():
             output = trainer.forward_views(model, chunks[index])
-            surrogate = (output.views * grads[index]).sum()
-            if output.local_loss is not None:
-                surrogate = surrogate + output.local_loss * (local.share(index) * scale)
-            if whole_batch_loss is not None:
-                surrogate = surrogate + whole_batch_loss * scale
-            accelerator.backward(surrogate)
+        surrogate = (output.views * grads[index]).sum()
+        if output.local_loss is not None:
+            surrogate = surrogate + output.local_loss * (local.share(index) * scale)
+        if whole_batch_loss is not None:
+            surrogate = surrogate + whole_batch_loss * scale
+        accelerator.backward(surrogate)
 
-        with accelerator.no_sync(model) if len(chunks) > 1 else nullcontext():
-            for index in range(len(chunks) - 1):
-                replay(index)
-        # The last backward synchronises; the whole-batch loss rides along so that parameters it reaches outside
-        # the encoder's forward (heads, regularizers) get their gradient inside a synchronised backward.
-        replay(len(chunks) - 1, loss)
-        after.restore()
+    with accelerator.no_sync(model) if len(chunks) > 1 else nullcontext():
+        for index in range(len(chunks) - 1):
+            replay(index)
+    # The last backward synchronises; the whole-batch loss rides along so that parameters it reaches outside
+    # the encoder's forward (heads, regularizers) get their gradient inside a synchronised backward.
+    replay(len(chunks) - 1, loss)
+    after.restore()
 
     local.record(trainer)
     return (loss.detach() + local.total()) * scale

@@ -198,14 +198,11 @@ class CLEARTrainer(TrainingHeadsMixin, ContrastiveTrainer):
         )
         # g is applied before the views are gathered across processes, so each process back-propagates it through
         # its own examples only (as the encoder), which the world-size gradient scale of batch_loss assumes.
-        # The heads run outside the model's forward, which is all that accelerate's autocast wraps: give them the
-        # same mixed precision (the losses compare and score in fp32).
-        with self.accelerator.autocast():
-            z = self.heads["projection"](outputs.embeddings.view(views, batch, -1)[-2:])
-            if not mlm:
-                return ViewsOutput(z)
-            labels = inputs["mlm_labels"]
-            loss = masked_lm_loss(self.heads["mlm"], outputs.hidden_states[-1][:batch], labels)
+        z = self.heads["projection"](outputs.embeddings.view(views, batch, -1)[-2:])
+        if not mlm:
+            return ViewsOutput(z)
+        labels = inputs["mlm_labels"]
+        loss = masked_lm_loss(self.heads["mlm"], outputs.hidden_states[-1][:batch], labels)
         return ViewsOutput(
             z, local_loss=self.args.mlm_weight * loss, local_weight=(labels != -100).sum(), components={"mlm_loss": loss}
         )

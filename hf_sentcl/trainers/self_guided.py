@@ -147,9 +147,9 @@ class SelfGuidedTrainer(TrainingHeadsMixin, ContrastiveTrainer):
     # ------------------------------------------------------------------ the training step
     @torch.no_grad()
     def frozen_views(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """All views h_{i,k} from ONE autograd-free forward of BERT_F: (b, len(view_layers), d), fp32. The forward
-        runs under the training's mixed precision, like BERT_T's (whose autocast wraps only the model's own
-        forward). With `mini_batch_size` it runs in mini-batches of that size (in eval mode, the same result)."""
+        """All views h_{i,k} from ONE autograd-free forward of BERT_F: (b, len(view_layers), d), fp32 (in a training
+        step the forward runs under the training's autocast, see `ContrastiveTrainer.autocast_smart_context_manager`).
+        With `mini_batch_size` it runs in mini-batches of that size (in eval mode, the same result)."""
         frozen = self.frozen_backbone
         if next(frozen.parameters()).device != input_ids.device:
             frozen.to(input_ids.device)
@@ -159,17 +159,12 @@ class SelfGuidedTrainer(TrainingHeadsMixin, ContrastiveTrainer):
         views = []
         for start in range(0, len(input_ids), size):
             ids, mask = input_ids[start : start + size], attention_mask[start : start + size]
-            with self.accelerator.autocast():
-                outputs = frozen(input_ids=ids, attention_mask=mask, output_hidden_states=True, return_dict=True)
+            outputs = frozen(input_ids=ids, attention_mask=mask, output_hidden_states=True, return_dict=True)
             views.append(pool_views(outputs.hidden_states, mask, self.view_layers, self.args.view_pooling))
         return torch.cat(views)
 
     def project(self, vectors: torch.Tensor) -> torch.Tensor:
-        """f(vectors) under the training's mixed precision (the loss then compares them in fp32)."""
-        if self.projection_head is None:
-            return vectors
-        with self.accelerator.autocast():
-            return self.projection_head(vectors)
+        return vectors if self.projection_head is None else self.projection_head(vectors)
 
     def batch_loss(self, model, views: torch.Tensor, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
         """Steps 2-5 of the module docstring on BERT_T's embedded batch (`embed_views` output)."""
