@@ -67,8 +67,11 @@ def test_round_trip_bert_and_roberta(tiny_backbone_dir, tmp_path, setting):
     assert type(AutoModel.from_pretrained(out)).__name__ == backbone_class  # no trust_remote_code involved
     modules = json.loads((out / "modules.json").read_text())
     pooling = json.loads((out / "1_Pooling" / "config.json").read_text())
-    assert pooling["pooling_mode_cls_token"] == (setting != "mean")
-    assert pooling["pooling_mode_mean_tokens"] == (setting == "mean")
+    assert pooling["pooling_mode"] == ("mean" if setting == "mean" else "cls")  # written by sentence-transformers
+    assert [m["type"] for m in modules][:2] == [
+        "sentence_transformers.base.modules.transformer.Transformer",
+        "sentence_transformers.sentence_transformer.modules.pooling.Pooling",
+    ]
     if setting == "cls_mlp":
         # folded into the pooler for AutoModel users, and a Dense(Tanh) module for sentence-transformers
         assert plan.head == "pooler" and [m["path"] for m in modules] == ["", "1_Pooling", "2_Dense"]
@@ -173,6 +176,9 @@ def test_cli_exports_checkpoint_with_card(tiny_bert_dir, tmp_path, capsys):
     checkpoint = tmp_path / "run"
     encoder.save_pretrained(checkpoint)
     (checkpoint / "results.json").write_text(json.dumps({"method": "simcse_sup", "sts_mode": "all"}))
+    assert main([str(checkpoint), str(tmp_path / "out"), "--repo-id", "me/tiny"]) == 2  # a results file without scores
+    assert "holds no STS or transfer scores" in capsys.readouterr().err and not (tmp_path / "out").exists()
+    (checkpoint / "results.json").write_text(json.dumps({"method": "simcse_sup", "transfer": {"after": {"MR": 80.0}}}))
     assert main([str(checkpoint), str(tmp_path / "out"), "--repo-id", "me/tiny"]) == 0
     card = (tmp_path / "out" / "README.md").read_text()
     assert "simcse_sup" in card and 'model_id = "me/tiny"' in card
@@ -181,10 +187,15 @@ def test_cli_exports_checkpoint_with_card(tiny_bert_dir, tmp_path, capsys):
     )
 
 
-def test_cli_rejects_plain_backbone(tiny_bert_dir, tmp_path, capsys):
+def test_cli_plain_backbone_needs_pooling(tiny_bert_dir, tmp_path, capsys):
+    """An untouched backbone exports with --pooling (and is refused, before anything is written, without it)."""
     assert main([str(tiny_bert_dir), str(tmp_path / "out")]) == 2
-    assert "not a saved SentenceEncoder" in capsys.readouterr().err
+    assert "--pooling" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+    assert main([str(tiny_bert_dir), str(tmp_path / "out"), "--pooling", "mean"]) == 0
+    reference = SentenceEncoder.from_backbone(str(tiny_bert_dir), pooling="mean").eval().encode(SENTENCES)
+    exported = SentenceTransformer(str(tmp_path / "out"), device="cpu").encode(SENTENCES)
+    np.testing.assert_allclose(exported, reference, atol=ATOL, rtol=0)
 
 
 def test_cli_checks_export_on_probe_file(tiny_bert_dir, tmp_path, capsys):
