@@ -398,8 +398,11 @@ def _same_model(a: str, b: str) -> bool:
     return a == b
 
 
-def check_results_match(results: dict[str, Any], encoder: SentenceEncoder, name: str, path: Path) -> None:
-    """ExportError when `hf_sentcl.evaluate` results were measured on another model or pooling than `encoder`."""
+def check_results_match(
+    results: dict[str, Any], name: str, path: Path, encoder: SentenceEncoder | None = None
+) -> None:
+    """ExportError when `hf_sentcl.evaluate` results were measured on another model than `name` or (once it is
+    loaded) with another pooling than `encoder`'s."""
     if results.get("source") != "evaluate":
         return
     if not _same_model(results["model_name_or_path"], name):
@@ -407,6 +410,8 @@ def check_results_match(results: dict[str, Any], encoder: SentenceEncoder, name:
             f"Results file '{path}' was measured on '{results['model_name_or_path']}', not on '{name}'; evaluate "
             "this encoder and pass that file with --results."
         )
+    if encoder is None:
+        return
     pooling = encoder.config.active_pooling(training=False)
     if results.get("pooling") not in (None, pooling):
         raise ExportError(
@@ -484,9 +489,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         data_dir = resolve_data_dir(args.data_dir) if score_mteb else None
         if score_mteb:
             STSEvaluator(data_dir, mode="all", sick_split="all")  # reads (and so checks) every STS file now
+        check_results_match(results, args.checkpoint, results_path)
         pooling = args.pooling or (results.get("pooling") if results.get("source") == "evaluate" else None)
         encoder = load_checkpoint(args.checkpoint, pooling, args.pooling_layer)
-        check_results_match(results, encoder, args.checkpoint, results_path)
+        check_results_match(results, args.checkpoint, results_path, encoder)
         adapter = save_adapter(encoder, args.adapter) if args.adapter else None
         if score_mteb:
             print("Scoring the 7 STS tasks with MTEB's protocol for the card's model-index ...", flush=True)

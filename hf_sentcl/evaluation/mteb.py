@@ -115,7 +115,7 @@ def parameter_count(export_dir: str | os.PathLike) -> tuple[int, float]:
 
 def write_mteb_results(
     root: str | os.PathLike,
-    mteb: MtebScores,
+    scores: MtebScores,
     *,
     name: str,
     export_dir: str | os.PathLike,
@@ -134,7 +134,7 @@ def write_mteb_results(
     if not mteb_available():
         raise ModuleNotFoundError(f"Writing MTEB result files needs the mteb package: {INSTALL_HINT}.")
     import mteb
-    from mteb.models import ModelMeta, SentenceTransformerEncoderWrapper
+    from mteb.models import ModelMeta
     from mteb.results import TaskResult
 
     folder = Path(root) / RESULTS_DIRNAME / model_folder_name(name) / revision
@@ -143,19 +143,19 @@ def write_mteb_results(
     folder.mkdir(parents=True)
     today = datetime.datetime.now(datetime.timezone.utc)
     for task, (_dataset, task_name, _revision) in MTEB_STS_DATASETS.items():
-        if task not in mteb.scores:
+        if task not in scores.scores:
             continue
-        value = round(float(mteb.scores[task]) / 100, 6)
+        value = round(float(scores.scores[task]) / 100, 6)
         result = TaskResult.from_task_results(
             mteb.get_task(task_name),
             {"test": {"default": {"cosine_spearman": value, "spearman": value, "main_score": value}}},
-            evaluation_time=mteb.seconds.get(task),
+            evaluation_time=scores.seconds.get(task),
             date=today,
         )
         write_json(folder / f"{task_name}.json", {**result.to_dict(), "date": today.timestamp()})
     n_parameters, memory_mb = parameter_count(export_dir)
     meta = ModelMeta(
-        loader=SentenceTransformerEncoderWrapper,
+        loader=None,  # mteb saves a loader as its name, which ModelMeta.model_validate rejects on reading
         name=name,
         revision=revision,
         release_date=today.date().isoformat(),
