@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_sentcl.evaluation.mteb import rekey_mteb_results
-from hf_sentcl.export import MTEB_RESULTS_DIRNAME, export_run
+from hf_sentcl.export import MTEB_RESULTS_DIRNAME, ExportError, export_run
 from hf_sentcl.hub import HubApi, HubError, PushResult, check_repo_id, format_upload_plan, push_folder, upload_plan
 from hf_sentcl.model_card import rewrite_model_card
 
@@ -86,8 +86,13 @@ def push_export(
 
 def publish_run(encoder, results: dict[str, Any], args, api: HubApi | None = None) -> dict[str, Any]:
     """End of a recipe run: export to `output_dir/export` with the model card (and the mteb results folder), then
-    push the export when `args.push_to_hub`. A failed push is reported, not raised: the export stays on disk."""
-    export_dir, _plan = export_run(encoder, results, args.output_dir, repo_id=args.hub_model_id)
+    push the export when `args.push_to_hub`. A failed export (a diverged or collapsed model: nothing is written)
+    or push is reported under `export_error`/`push_error`, not raised; the run's checkpoints stay on disk."""
+    try:
+        export_dir, _plan = export_run(encoder, results, args.output_dir, repo_id=args.hub_model_id)
+    except ExportError as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        return {"export_error": str(err)}
     print(f"Exported for AutoModel and SentenceTransformer, with its model card: {export_dir}", flush=True)
     info: dict[str, Any] = {"path": str(export_dir)}
     if args.push_to_hub:

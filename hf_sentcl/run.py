@@ -267,7 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     results = run(recipe)
-    return 1 if "push_error" in results.get("export", {}) else 0
+    return 1 if {"push_error", "export_error"} & set(results.get("export", {})) else 0
 
 
 if __name__ == "__main__":

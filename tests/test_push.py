@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import httpx2
 import pytest
+import torch
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled, RepositoryNotFoundError
 
 from hf_sentcl import SentenceEncoder
@@ -209,3 +210,13 @@ def test_publish_run_exports_then_pushes_only_the_export(tiny_bert_dir, tmp_path
     err = capsys.readouterr().err
     assert "python -m hf_sentcl.push" in err and FAKE_TOKEN not in err
     assert json.loads((tmp_path / "export" / "modules.json").read_text())[1]["path"] == "1_Pooling"
+
+
+def test_publish_run_of_a_diverged_model_writes_nothing(tiny_bert_dir, tmp_path, capsys):
+    encoder = SentenceEncoder.from_backbone(str(tiny_bert_dir), pooling="mean").eval()
+    with torch.no_grad():
+        encoder.backbone.embeddings.word_embeddings.weight.fill_(float("nan"))
+    args = SimpleNamespace(output_dir=str(tmp_path), hub_model_id=None, push_to_hub=False)
+    info = publish_run(encoder, {"method": "simcse", "mteb_sts": {"STS12": 70.0}}, args)
+    assert "non-finite weights" in info["export_error"] and "non-finite weights" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # no export, no card, no MTEB files
