@@ -58,7 +58,7 @@ def usage_snippets(card_path: Path) -> str:
     """The ```python blocks of a model card's Usage section."""
     text = card_path.read_text(encoding="utf-8")
     usage = text.split("## Usage", 1)[-1].split("\n## ", 1)[0]
-    return "\n".join(part.split("```", 1)[0].rstrip() for part in usage.split("```python\n")[1:])
+    return "\n\n".join(part.split("```", 1)[0].rstrip() for part in usage.split("```python\n")[1:])
 
 
 def push_export(
