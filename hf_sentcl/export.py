@@ -103,11 +103,9 @@ def sentence_transformer_modules(encoder: SentenceEncoder, plan: ExportPlan, bac
         modules.append(WeightedLayerPooling(plan.hidden_size, plan.kept_layers, layer_start=0, layer_weights=weights))
     modules.append(Pooling(plan.hidden_size, pooling_mode=plan.token_pooling))
     if plan.uses_head:
-        dense = encoder.head.dense
-        modules.append(Dense(
-            plan.hidden_size, plan.hidden_size, activation_function=torch.nn.Tanh(),
-            init_weight=dense.weight.detach().float().cpu().clone(), init_bias=dense.bias.detach().float().cpu().clone(),
-        ))
+        weight, bias = (p.detach().float().cpu().clone() for p in (encoder.head.dense.weight, encoder.head.dense.bias))
+        modules.append(Dense(plan.hidden_size, plan.hidden_size, activation_function=torch.nn.Tanh(),
+                             init_weight=weight, init_bias=bias))
     return modules
 
 
