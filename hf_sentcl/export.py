@@ -1,64 +1,65 @@
-"""Export a trained `SentenceEncoder` as a plain Hugging Face model that `AutoModel` and `SentenceTransformer` load.
+"""Export an encoder as a plain Hugging Face model that `AutoModel` and `SentenceTransformer` load.
 
-    python -m hf_sentcl.export CHECKPOINT OUT [--results results.json] [--repo-id ORG/NAME] [--overwrite]
+    python -m hf_sentcl.export ENCODER OUT [--results FILE] [--mteb-results DIR] [--repo-id ORG/NAME] [--overwrite]
 
-The export folder holds:
+ENCODER is a saved `SentenceEncoder` (a run's output_dir or a checkpoint-N folder) or any backbone (a path, a Hub
+id or `embedded:all-MiniLM-L6-v2`) with `--pooling`. The export folder holds:
 
 - the backbone's own `save_pretrained` files (`config.json` with e.g. `architectures: ["BertModel"]`,
   `model.safetensors`) and the tokenizer, so `AutoModel.from_pretrained(OUT)` works without `trust_remote_code`;
-- the sentence-transformers files: `modules.json`, `sentence_bert_config.json`,
-  `config_sentence_transformers.json`, `N_Pooling/config.json`, plus `N_WeightedLayerPooling/` for layer-averaging
-  poolings and `N_Dense/` when a head is used at inference. They are written in the long-standing
-  (sentence-transformers 2.x/3.x) format, which every later version still reads, and without importing
-  sentence-transformers, so exporting does not need it installed;
-- `README.md`, the model card (see `hf_sentcl.model_card`).
+- the sentence-transformers modules (`Transformer`, `Pooling`, and `WeightedLayerPooling` for layer averages,
+  `Dense` for a head used at inference), built as sentence-transformers modules and written by its own `save`;
+- `README.md`, the model card (`hf_sentcl.model_card`), from a run's results.json or `hf_sentcl.evaluate`'s JSON.
 
 How each setting of `SentenceEncoderConfig` is exported (only the eval-mode behaviour matters):
 
 - `pooling_layer` other than the last layer (cls/mean/max): the backbone is truncated to that many layers, so
   hidden state k is its last hidden state and both loaders read it as `last_hidden_state` (0 = embeddings only).
-- `first_last_avg` / `last2_avg`: `output_hidden_states: true` is set in `config.json` and a sentence-transformers
-  `WeightedLayerPooling` (weights 1 on the two averaged layers, 0 elsewhere) precedes mean pooling.
-- a head active at inference (`head_at_inference` with `mlp`, i.e. Linear + tanh): a sentence-transformers `Dense`
-  module with `Tanh`. With `cls` pooling on a backbone whose pooler is dense + tanh on the first token (BERT,
-  RoBERTa, ...) the head is also folded into that pooler, as SimCSE does, so `AutoModel(...).pooler_output` is the
-  embedding. Otherwise plain-transformers users apply the Dense weights themselves (the model card shows how).
-- training-only parts (a head not used at inference, frozen copies, projectors kept by trainers) are left out;
-  the full training checkpoint stays in the run's `output_dir`.
+- `first_last_avg` / `last2_avg`: `output_hidden_states: true` is set in `config.json` and a `WeightedLayerPooling`
+  (weights 1 on the two averaged layers, 0 elsewhere) precedes mean pooling.
+- a head active at inference (`head_at_inference` with `mlp`, i.e. Linear + tanh): a `Dense` module with `Tanh`.
+  With `cls` pooling on a backbone whose pooler is dense + tanh on the first token (BERT, RoBERTa, ...) the head
+  is also folded into that pooler, as SimCSE does, so `AutoModel(...).pooler_output` is the embedding.
+- training-only parts (a head not used at inference, frozen copies, projectors kept by trainers) are left out.
+
+The export is built in a temporary folder beside OUT, checked (both loaders reproduce `SentenceEncoder.encode`
+on probe sentences, with finite, non-collapsed embeddings), and only then moved to OUT; an earlier export in OUT
+is replaced (with `--overwrite`) only after the new one passed, so a failure leaves it untouched.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
-import json
 import logging
 import shutil
 import sys
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import save_file
-from torch import nn
 from transformers import AutoConfig, PreTrainedModel
 
+from hf_sentcl.defaults import resolve_data_dir, resolve_model_name
+from hf_sentcl.evaluation.mteb import (
+    INSTALL_HINT, MtebScores, mteb_available, mteb_sts_scores, write_mteb_results,
+)
 from hf_sentcl.evaluation.plots import PLOTS_DIRNAME
-from hf_sentcl.model_card import load_results, package_version, write_model_card, write_mteb_results
-from hf_sentcl.modeling import SentenceEncoder, SentenceEncoderConfig
-from hf_sentcl.modeling.heads import MLPHead
+from hf_sentcl.evaluation.sts import STSEvaluator
+from hf_sentcl.model_card import hub_model_id, load_results, mteb_training_tasks, write_model_card
+from hf_sentcl.modeling import POOLING_MODES, SentenceEncoder, SentenceEncoderConfig
+from hf_sentcl.modeling.export_plan import ExportError, ExportPlan, plan_export
 from hf_sentcl.modeling.peft import save_adapter
-from hf_sentcl.modeling.pooling import masked_max, masked_mean
+from hf_sentcl.modeling.pooling import pool
 
 logger = logging.getLogger("hf_sentcl")
 
 EXPORT_DIRNAME = "export"
 MTEB_RESULTS_DIRNAME = "mteb_results"
-ST_TYPE_PREFIX = "sentence_transformers.models."
-LAYER_AVERAGES = ("first_last_avg", "last2_avg")
 PROBE_SENTENCES = (
     "A man is playing a guitar.",
     "Someone plays an instrument on stage while the audience sings along with every chorus.",
@@ -66,131 +67,7 @@ PROBE_SENTENCES = (
     "Stock markets fell sharply on Monday after the central bank raised interest rates again.",
     "Two dogs run through a field.",
 )
-
-
-class ExportError(ValueError):
-    """The encoder (or the export folder) cannot be exported as asked; the message says why and what to do."""
-
-
-@dataclass(frozen=True)
-class ExportPlan:
-    """What the exported model computes, derived from a `SentenceEncoderConfig` in eval mode.
-
-    Attributes:
-        pooling: the encoder's eval-mode pooling (`SentenceEncoderConfig.active_pooling(False)`).
-        source_layers: transformer layers of the trained backbone.
-        kept_layers: transformer layers of the exported backbone (fewer when `pooling_layer` is not the last one).
-        head: `none`, `pooler` (the MLP head folded into the backbone's pooler and a Dense module for
-            sentence-transformers) or `dense` (Dense module only).
-        hidden_size: embedding dimension.
-        max_seq_length: truncation length of `encode`, written to `sentence_bert_config.json`.
-    """
-
-    pooling: str
-    source_layers: int
-    kept_layers: int
-    head: str
-    hidden_size: int
-    max_seq_length: int
-
-    @property
-    def truncated(self) -> bool:
-        return self.kept_layers != self.source_layers
-
-    @property
-    def token_pooling(self) -> str:
-        """The sentence-transformers `Pooling` mode over token states (cls, mean or max)."""
-        if self.pooling in ("cls", "cls_before_pooler"):
-            return "cls"
-        return "mean" if self.pooling in LAYER_AVERAGES else self.pooling
-
-    @property
-    def layer_weights(self) -> list[float] | None:
-        """`WeightedLayerPooling` weights over hidden states 0..L (embeddings first) for the layer averages, else None.
-
-        Weight 1 on the two averaged states and 0 elsewhere gives exactly their mean, as `pool` computes it.
-        """
-        if self.pooling not in LAYER_AVERAGES:
-            return None
-        weights = [0.0] * (self.kept_layers + 1)
-        weights[1 if self.pooling == "first_last_avg" else -2] += 1.0
-        weights[-1] += 1.0
-        return weights
-
-    @property
-    def uses_head(self) -> bool:
-        return self.head != "none"
-
-    @property
-    def module_dirs(self) -> dict[str, str]:
-        """Folders of the sentence-transformers modules: {'Transformer': '', 'Pooling': '1_Pooling', ...}."""
-        names = ["Transformer"]
-        if self.layer_weights is not None:
-            names.append("WeightedLayerPooling")
-        names.append("Pooling")
-        if self.uses_head:
-            names.append("Dense")
-        return {name: "" if i == 0 else f"{i}_{name}" for i, name in enumerate(names)}
-
-    def describe(self) -> str:
-        """One sentence saying how a sentence vector is computed (for the model card)."""
-        layer = "the last layer" if not self.truncated else f"hidden state {self.kept_layers}"
-        base = {
-            "cls": f"the first-token ([CLS]/<s>) state of {layer}",
-            "mean": f"the mean of the token states of {layer} over real (non-padding) tokens",
-            "max": f"the element-wise max of the token states of {layer} over real tokens",
-            "first_last_avg": "the mean over real tokens of the average of the first and the last transformer layer",
-            "last2_avg": "the mean over real tokens of the average of the last two transformer layers",
-        }[self.token_pooling if self.pooling not in LAYER_AVERAGES else self.pooling]
-        if self.head == "pooler":
-            base += ", passed through the trained Linear+tanh head (folded into the model's pooler: `pooler_output`)"
-        elif self.head == "dense":
-            base += ", passed through the trained Linear+tanh head (the `Dense` module)"
-        if self.truncated:
-            base += (
-                f"; the exported backbone keeps {self.kept_layers} of {self.source_layers} layers because only "
-                f"hidden state {self.kept_layers} is used"
-            )
-        return base[0].upper() + base[1:] + "."
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "token_pooling": self.token_pooling, "layer_weights": self.layer_weights}
-
-
-# ------------------------------------------------------------------------------------------------ planning
-def has_tanh_pooler(backbone: nn.Module) -> bool:
-    """Whether `backbone.pooler` is BERT's shape: dense (d x d) + tanh on the first token's state."""
-    pooler = getattr(backbone, "pooler", None)
-    dense = getattr(pooler, "dense", None)
-    return (
-        isinstance(dense, nn.Linear)
-        and dense.in_features == dense.out_features
-        and isinstance(getattr(pooler, "activation", None), nn.Tanh)
-    )
-
-
-def plan_export(encoder: SentenceEncoder) -> ExportPlan:
-    """Decide how `encoder` (its eval-mode config) is represented in the export; `ExportError` if it cannot be."""
-    config: SentenceEncoderConfig = encoder.config
-    pooling = config.active_pooling(training=False)
-    layers = config.backbone_config.num_hidden_layers
-    head_used = encoder.head is not None and config.head_at_inference and pooling != "cls_before_pooler"
-    if head_used and not isinstance(encoder.head, MLPHead):
-        raise ExportError(
-            f"The encoder keeps a '{config.head}' head ({type(encoder.head).__name__}) at inference; only the 'mlp' "
-            "head (Linear + tanh) can be exported to sentence-transformers. Set head_at_inference: false or add "
-            "its export to hf_sentcl/export.py."
-        )
-    kept = layers if pooling in LAYER_AVERAGES else config.pooling_layer % (layers + 1)
-    fold = head_used and pooling == "cls" and has_tanh_pooler(encoder.backbone)
-    return ExportPlan(
-        pooling=pooling,
-        source_layers=layers,
-        kept_layers=kept,
-        head="pooler" if fold else "dense" if head_used else "none",
-        hidden_size=config.hidden_size,
-        max_seq_length=encoder.max_seq_length,
-    )
+__all__ = ["ExportError", "ExportPlan", "export_encoder", "export_run", "plan_export", "verify_export"]
 
 
 # ------------------------------------------------------------------------------------------------ writing
@@ -201,7 +78,7 @@ def export_backbone(encoder: SentenceEncoder, plan: ExportPlan) -> PreTrainedMod
         backbone = copy.deepcopy(backbone).merge_and_unload()
     config = copy.deepcopy(backbone.config)
     config.num_hidden_layers = plan.kept_layers
-    if plan.pooling in LAYER_AVERAGES:
+    if plan.layer_weights is not None:
         config.output_hidden_states = True  # sentence-transformers' WeightedLayerPooling reads every layer
     dtype = next(backbone.parameters()).dtype
     exported = type(backbone)(config).to(dtype)
@@ -215,76 +92,46 @@ def export_backbone(encoder: SentenceEncoder, plan: ExportPlan) -> PreTrainedMod
     return exported.eval()
 
 
-def _write_json(path: Path, content: dict | list) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(content, indent=2) + "\n")
+def sentence_transformer_modules(encoder: SentenceEncoder, plan: ExportPlan, backbone_dir: Path) -> list:
+    """The sentence-transformers modules of the plan, the Transformer loaded from `backbone_dir` (the exported
+    backbone and tokenizer), in `plan.module_dirs` order."""
+    from sentence_transformers.sentence_transformer.modules import Dense, Pooling, Transformer, WeightedLayerPooling
 
-
-def write_sentence_transformers_files(encoder: SentenceEncoder, plan: ExportPlan, out_dir: Path) -> None:
-    """Write modules.json and each module's config (and weights) so that `SentenceTransformer(out_dir)` loads it."""
-    dirs = plan.module_dirs
-    modules = [
-        {"idx": i, "name": str(i), "path": path, "type": ST_TYPE_PREFIX + name}
-        for i, (name, path) in enumerate(dirs.items())
-    ]
-    _write_json(out_dir / "modules.json", modules)
-    _write_json(out_dir / "sentence_bert_config.json", {"max_seq_length": plan.max_seq_length, "do_lower_case": False})
-    versions = {
-        key: value
-        for key, value in (
-            ("sentence_transformers", package_version("sentence-transformers")),
-            ("transformers", package_version("transformers")),
-            ("pytorch", torch.__version__),
-        )
-        if value
-    }
-    _write_json(
-        out_dir / "config_sentence_transformers.json",
-        {"__version__": versions, "prompts": {}, "default_prompt_name": None, "similarity_fn_name": "cosine"},
-    )
+    modules = [Transformer(str(backbone_dir), max_seq_length=plan.max_seq_length)]
     if plan.layer_weights is not None:
-        folder = out_dir / dirs["WeightedLayerPooling"]
-        _write_json(
-            folder / "config.json",
-            {"word_embedding_dimension": plan.hidden_size, "layer_start": 0, "num_hidden_layers": plan.kept_layers},
-        )
-        weights = torch.tensor(plan.layer_weights, dtype=torch.float32)
-        save_file({"layer_weights": weights}, folder / "model.safetensors")
-    _write_json(
-        out_dir / dirs["Pooling"] / "config.json",
-        {
-            "word_embedding_dimension": plan.hidden_size,
-            "pooling_mode_cls_token": plan.token_pooling == "cls",
-            "pooling_mode_mean_tokens": plan.token_pooling == "mean",
-            "pooling_mode_max_tokens": plan.token_pooling == "max",
-            "pooling_mode_mean_sqrt_len_tokens": False,
-            "pooling_mode_weightedmean_tokens": False,
-            "pooling_mode_lasttoken": False,
-            "include_prompt": True,
-        },
-    )
+        weights = torch.nn.Parameter(torch.tensor(plan.layer_weights, dtype=torch.float32))
+        modules.append(WeightedLayerPooling(plan.hidden_size, plan.kept_layers, layer_start=0, layer_weights=weights))
+    modules.append(Pooling(plan.hidden_size, pooling_mode=plan.token_pooling))
     if plan.uses_head:
-        folder = out_dir / dirs["Dense"]
-        _write_json(
-            folder / "config.json",
-            {
-                "in_features": plan.hidden_size,
-                "out_features": plan.hidden_size,
-                "bias": True,
-                "activation_function": "torch.nn.modules.activation.Tanh",
-            },
+        weight, bias = (p.detach().float().cpu().clone() for p in (encoder.head.dense.weight, encoder.head.dense.bias))
+        modules.append(Dense(plan.hidden_size, plan.hidden_size, activation_function=torch.nn.Tanh(),
+                             init_weight=weight, init_bias=bias))
+    return modules
+
+
+def write_export(encoder: SentenceEncoder, folder: str | Path) -> ExportPlan:
+    """Write `encoder` into the empty or missing `folder` with sentence-transformers' own `save`; return the plan."""
+    from sentence_transformers import SentenceTransformer
+
+    if encoder.tokenizer is None:
+        raise ExportError("The encoder has no tokenizer attached; call attach_tokenizer(tokenizer) before exporting.")
+    plan = plan_export(encoder)
+    check_weights(encoder)
+    folder = Path(folder)
+    with tempfile.TemporaryDirectory(dir=folder.parent, prefix=f".{folder.name}.backbone-") as backbone_dir:
+        export_backbone(encoder, plan).save_pretrained(backbone_dir)
+        encoder.tokenizer.save_pretrained(backbone_dir)
+        model = SentenceTransformer(
+            modules=sentence_transformer_modules(encoder, plan, Path(backbone_dir)), device="cpu",
+            similarity_fn_name="cosine",
         )
-        dense = encoder.head.dense
-        tensors = {"linear.weight": dense.weight, "linear.bias": dense.bias}
-        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, folder / "model.safetensors")
+        model.save(str(folder), create_model_card=False)
+    logger.info("Exported the encoder to %s (%s)", folder, plan.describe())
+    return plan
 
 
-def prepare_export_dir(out_dir: str | Path, overwrite: bool) -> Path:
-    """Return `out_dir` ready to be written: created if missing; an earlier export is replaced only with `overwrite`.
-
-    Files of an earlier export are never mixed with the new one (a stale `2_Dense/` would change what
-    sentence-transformers computes), and a folder that does not look like an export is never deleted.
-    """
+def check_export_target(out_dir: str | Path, overwrite: bool) -> Path:
+    """Check that `out_dir` may receive an export (missing, empty, or an earlier export with `overwrite`)."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise ExportError(f"Export path '{out_dir}' exists and is not a directory.")
@@ -295,60 +142,79 @@ def prepare_export_dir(out_dir: str | Path, overwrite: bool) -> Path:
             raise ExportError(
                 f"Refusing to overwrite '{out_dir}': it is not empty and holds no earlier export (no modules.json)."
             )
-        shutil.rmtree(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     return out_dir
 
 
-def export_encoder(
-    encoder: SentenceEncoder, out_dir: str | Path, *, overwrite: bool = False, verify: bool = True
-) -> ExportPlan:
-    """Write `encoder` to `out_dir` as a plain backbone + tokenizer + sentence-transformers files; return the plan.
+@contextlib.contextmanager
+def staged_export(out_dir: str | Path, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a temporary folder beside `out_dir` to build an export in; on success it replaces `out_dir`.
 
-    With `verify`, the written folder is reloaded with `AutoModel` (and `SentenceTransformer` when installed) and
-    checked against `encoder.encode` on a few probe sentences, so a mismatch fails here and not in users' hands.
+    An earlier export in `out_dir` (only with `overwrite`) is removed only after the new one is complete, so an
+    error inside the block leaves it untouched, and no partial folder is ever left at `out_dir`.
     """
-    if encoder.tokenizer is None:
-        raise ExportError("The encoder has no tokenizer attached; call attach_tokenizer(tokenizer) before exporting.")
-    plan = plan_export(encoder)
-    out_dir = prepare_export_dir(out_dir, overwrite)
-    export_backbone(encoder, plan).save_pretrained(out_dir)
-    encoder.tokenizer.save_pretrained(out_dir)
-    write_sentence_transformers_files(encoder, plan, out_dir)
-    logger.info("Exported the encoder to %s (%s)", out_dir, plan.describe())
-    if verify:
-        verify_export(encoder, out_dir, plan)
+    out_dir = check_export_target(out_dir, overwrite)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.partial-"))
+    try:
+        yield stage
+        old = None
+        if out_dir.exists():
+            old = stage.with_name(stage.name.replace(".partial-", ".old-"))
+            out_dir.rename(old)
+        stage.rename(out_dir)
+        if old is not None:
+            shutil.rmtree(old)
+    finally:
+        if stage.exists():
+            shutil.rmtree(stage)
+
+
+def export_encoder(
+    encoder: SentenceEncoder,
+    out_dir: str | Path,
+    *,
+    overwrite: bool = False,
+    verify: bool = True,
+    probes: Sequence[str] = PROBE_SENTENCES,
+    tolerance: float = 1e-4,
+) -> ExportPlan:
+    """Write `encoder` to `out_dir` (built beside it, checked, then moved in); return the plan.
+
+    With `verify`, the built folder is reloaded with `AutoModel` and `SentenceTransformer` and checked against
+    `encoder.encode` on the probe sentences, so a mismatch fails here and not in users' hands.
+    """
+    with staged_export(out_dir, overwrite) as stage:
+        plan = write_export(encoder, stage)
+        if verify:
+            verify_export(encoder, stage, plan, probes, tolerance)
     return plan
 
 
 # ------------------------------------------------------------------------------------------------ checking
-def pool_automodel_outputs(
-    outputs, attention_mask: torch.Tensor, plan: ExportPlan, dense: dict[str, torch.Tensor] | None = None
-) -> torch.Tensor:
-    """The documented pooling of plain `AutoModel` outputs for an export (the model card shows the same code).
+def check_weights(encoder: SentenceEncoder) -> None:
+    """ExportError when a weight of the encoder is NaN or infinite (a diverged training must not be published)."""
+    bad = [name for name, p in encoder.state_dict().items() if p.is_floating_point() and not torch.isfinite(p).all()]
+    if bad:
+        raise ExportError(
+            f"The encoder has non-finite weights ({len(bad)} tensors, e.g. {bad[:3]}); training diverged. Nothing "
+            "was exported. Lower the learning rate or check the temperature, then train again."
+        )
 
-    `dense` holds `linear.weight`/`linear.bias` of the `Dense` module; it is needed only when `plan.head == "dense"`.
-    """
-    if plan.head == "pooler":
-        return outputs.pooler_output
-    if plan.pooling in LAYER_AVERAGES:
-        first = outputs.hidden_states[1] if plan.pooling == "first_last_avg" else outputs.hidden_states[-2]
-        embeddings = masked_mean((first + outputs.hidden_states[-1]) / 2, attention_mask)
-    elif plan.token_pooling == "cls":
-        embeddings = outputs.last_hidden_state[:, 0]
-    elif plan.token_pooling == "mean":
-        embeddings = masked_mean(outputs.last_hidden_state, attention_mask)
-    else:
-        embeddings = masked_max(outputs.last_hidden_state, attention_mask)
-    if plan.head == "dense":
-        if dense is None:
-            raise ValueError("This export keeps its head in the Dense module; pass its weights as `dense`.")
-        embeddings = torch.tanh(embeddings @ dense["linear.weight"].T + dense["linear.bias"])
-    return embeddings
+
+def check_embeddings(embeddings: np.ndarray, where: str) -> None:
+    """ExportError when the probe embeddings are non-finite, or collapsed (every sentence gets the same vector)."""
+    if not np.isfinite(embeddings).all():
+        raise ExportError(f"{where} returns non-finite embeddings (NaN or infinity); nothing was exported.")
+    spread = np.abs(embeddings - embeddings[:1]).max()
+    if len(embeddings) > 1 and spread <= 1e-6 * max(float(np.abs(embeddings).max()), 1e-12):
+        raise ExportError(
+            f"{where} gives every probe sentence the same vector (a collapsed model); nothing was exported."
+        )
 
 
 def automodel_encode(path: str | Path, sentences: Sequence[str], plan: ExportPlan, batch_size: int = 32) -> np.ndarray:
-    """Embed `sentences` with plain `AutoModel`/`AutoTokenizer` from an export folder and the documented pooling."""
+    """Embed `sentences` with plain `AutoModel`/`AutoTokenizer` from an export folder, pooled by `pool` as the
+    encoder pools (the head as the plan stores it)."""
     from safetensors.torch import load_file
     from transformers import AutoModel, AutoTokenizer
 
@@ -356,6 +222,7 @@ def automodel_encode(path: str | Path, sentences: Sequence[str], plan: ExportPla
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModel.from_pretrained(path).eval()
     dense = load_file(path / plan.module_dirs["Dense"] / "model.safetensors") if plan.head == "dense" else None
+    all_states = plan.layer_weights is not None
     rows = []
     with torch.inference_mode():
         for start in range(0, len(sentences), batch_size):
@@ -363,8 +230,15 @@ def automodel_encode(path: str | Path, sentences: Sequence[str], plan: ExportPla
                 list(sentences[start : start + batch_size]), padding=True, truncation=True,
                 max_length=plan.max_seq_length, return_tensors="pt",
             )
-            outputs = model(**batch, output_hidden_states=plan.pooling in LAYER_AVERAGES)
-            rows.append(pool_automodel_outputs(outputs, batch["attention_mask"], plan, dense).float())
+            outputs = model(**batch, output_hidden_states=all_states)
+            if plan.head == "pooler":
+                embeddings = outputs.pooler_output
+            else:
+                states = outputs.hidden_states if all_states else (outputs.last_hidden_state,)
+                embeddings = pool(states, batch["attention_mask"], plan.mode)
+            if dense is not None:
+                embeddings = torch.tanh(embeddings @ dense["linear.weight"].T + dense["linear.bias"])
+            rows.append(embeddings.float())
     return torch.cat(rows).numpy()
 
 
@@ -389,21 +263,25 @@ def verify_export(
     sentences: Sequence[str] = PROBE_SENTENCES,
     tolerance: float = 1e-4,
 ) -> dict[str, float]:
-    """Max |difference| between `encoder.encode` and each loader of the export; raise `ExportError` above `tolerance`.
+    """Max |difference| between `encoder.encode` and each loader of the export; `ExportError` above `tolerance`,
+    for non-finite or collapsed embeddings.
 
     The reference is a fresh CPU `SentenceEncoder` with the encoder's config and weights, so that nothing attached
     to the trained instance (a device, accelerate's mixed-precision forward wrapper) enters the comparison.
     """
+    from sentence_transformers import SentenceTransformer
+
     reference = reference_copy(encoder).encode(list(sentences), batch_size=len(sentences))
-    differences = {"transformers": max_abs_difference(reference, automodel_encode(out_dir, sentences, plan))}
-    try:
-        from sentence_transformers import SentenceTransformer
-    except ImportError:
-        logger.info("sentence-transformers is not installed; the export was checked with transformers only.")
-    else:
-        model = SentenceTransformer(str(out_dir), device="cpu")
-        differences["sentence-transformers"] = max_abs_difference(reference, model.encode(list(sentences)))
-    bad = {k: v for k, v in differences.items() if v > tolerance}
+    check_embeddings(reference, "The encoder")
+    loaded = {
+        "transformers": automodel_encode(out_dir, sentences, plan),
+        "sentence-transformers": SentenceTransformer(str(out_dir), device="cpu").encode(list(sentences)),
+    }
+    differences = {}
+    for loader, embeddings in loaded.items():
+        check_embeddings(embeddings, f"The export loaded with {loader}")
+        differences[loader] = max_abs_difference(reference, embeddings)
+    bad = {k: v for k, v in differences.items() if not v <= tolerance}
     if bad:
         raise ExportError(
             f"The export in '{out_dir}' does not reproduce the encoder: max |difference| {bad} > {tolerance}. "
@@ -412,7 +290,7 @@ def verify_export(
     return differences
 
 
-# ------------------------------------------------------------------------------------------------ end of a run
+# ------------------------------------------------------------------------------------------------ card and MTEB
 def copy_plots(run_dir: str | Path, export_dir: str | Path) -> list[Path]:
     """Copy a run's figures (`run_dir/plots/*.png`) to `export_dir/plots/`, where the model card's relative image
     links point, so they show on the Hub too. Returns the copies."""
@@ -422,20 +300,66 @@ def copy_plots(run_dir: str | Path, export_dir: str | Path) -> list[Path]:
     return [Path(shutil.copy2(png, Path(export_dir) / PLOTS_DIRNAME / png.name)) for png in pngs]
 
 
+def export_name(out_dir: str | Path, repo_id: str | None) -> str:
+    """The model's name: `repo_id`, else `hf_sentcl/<folder>` (a run's output_dir for `output_dir/export`)."""
+    out_dir = Path(out_dir).resolve()
+    return repo_id or f"hf_sentcl/{out_dir.parent.name if out_dir.name == EXPORT_DIRNAME else out_dir.name}"
+
+
+def export_mteb_results(
+    root: str | Path, results: dict[str, Any], export_dir: str | Path, plan: ExportPlan, repo_id: str | None
+) -> Path | None:
+    """Write the results' MTEB-protocol scores as MTEB result files under `root`; None when there are none."""
+    scores = MtebScores.from_results(results)
+    if scores is None:
+        return None
+    return write_mteb_results(
+        root, scores, name=export_name(export_dir, repo_id), export_dir=export_dir, max_tokens=plan.max_seq_length,
+        embed_dim=plan.hidden_size, adapted_from=hub_model_id(results.get("model_name_or_path")),
+        training_tasks=mteb_training_tasks(results),
+    )
+
+
+def export_with_card(
+    encoder: SentenceEncoder,
+    out_dir: str | Path,
+    results: dict[str, Any],
+    *,
+    repo_id: str | None = None,
+    plots_from: str | Path | None = None,
+    overwrite: bool = False,
+    verify: bool = True,
+    probes: Sequence[str] = PROBE_SENTENCES,
+    tolerance: float = 1e-4,
+) -> tuple[ExportPlan, dict[str, float] | None]:
+    """Export `encoder` to `out_dir` with its model card (and `plots_from/plots/*.png`), all built and checked
+    beside `out_dir` before it is moved in. Returns the plan and the loaders' differences (None unverified)."""
+    out_dir = Path(out_dir)
+    with staged_export(out_dir, overwrite) as stage:
+        plan = write_export(encoder, stage)
+        differences = verify_export(encoder, stage, plan, probes, tolerance) if verify else None
+        if plots_from is not None:
+            copy_plots(plots_from, stage)
+        write_model_card(stage, plan, results, repo_id=repo_id, local_id=str(out_dir.resolve()))
+    return plan, differences
+
+
 def export_run(
     encoder: SentenceEncoder,
     results: dict[str, Any],
     output_dir: str | Path,
     repo_id: str | None = None,
 ) -> tuple[Path, ExportPlan]:
-    """Export a run's final encoder to `output_dir/export`, write its model card there from `results` (with the
-    run's plots), and the MTEB-protocol STS scores to `output_dir/mteb_results` (mteb results-folder layout).
+    """Export a run's final encoder to `output_dir/export` with its model card (from `results`) and plots, and its
+    MTEB-protocol STS scores as MTEB result files under `output_dir/mteb_results` (when mteb is installed).
     Returns (folder, plan)."""
     export_dir = Path(output_dir) / EXPORT_DIRNAME
-    plan = export_encoder(encoder, export_dir, overwrite=True)
-    copy_plots(output_dir, export_dir)
-    write_model_card(export_dir, plan, results, repo_id=repo_id)
-    write_mteb_results(Path(output_dir) / MTEB_RESULTS_DIRNAME, results, export_dir, plan, repo_id=repo_id)
+    plan, _ = export_with_card(encoder, export_dir, results, repo_id=repo_id, plots_from=output_dir, overwrite=True)
+    if results.get("mteb_sts"):
+        if mteb_available():
+            export_mteb_results(Path(output_dir) / MTEB_RESULTS_DIRNAME, results, export_dir, plan, repo_id)
+        else:
+            logger.info("MTEB result files were not written: mteb is not installed (%s).", INSTALL_HINT)
     return export_dir, plan
 
 
@@ -448,33 +372,76 @@ def find_results(checkpoint: Path) -> Path | None:
     return None
 
 
-def load_checkpoint(path: str | Path) -> SentenceEncoder:
-    """Load a saved `SentenceEncoder`, with a clear error for anything else."""
-    path = Path(path)
-    if not (path / "config.json").is_file():
-        raise ExportError(f"'{path}' holds no config.json; pass the run's output_dir or a checkpoint-N folder.")
+def load_checkpoint(name: str, pooling: str | None = None, pooling_layer: int | None = None) -> SentenceEncoder:
+    """Load a saved `SentenceEncoder`, or wrap a plain backbone with `pooling`; a clear error for anything else."""
+    path = resolve_model_name(name)
+    if Path(path).exists() and not (Path(path) / "config.json").is_file():
+        raise ExportError(f"'{name}' holds no config.json; pass a run's output_dir, a checkpoint-N or a model folder.")
     model_type = getattr(AutoConfig.from_pretrained(path), "model_type", None)
-    if model_type != SentenceEncoderConfig.model_type:
+    overrides = {k: v for k, v in (("pooling", pooling), ("pooling_layer", pooling_layer)) if v is not None}
+    if model_type != SentenceEncoderConfig.model_type and pooling is None:
         raise ExportError(
-            f"'{path}' is a '{model_type}' model, not a saved SentenceEncoder; there is nothing to export "
-            "(it already loads with AutoModel)."
+            f"'{name}' is a plain '{model_type}' model, not a saved SentenceEncoder: say how it pools with --pooling "
+            f"({', '.join(POOLING_MODES)})."
         )
-    return SentenceEncoder.from_pretrained(str(path)).eval()
+    if pooling is not None:
+        overrides["inference_pooling"] = None  # the pooling asked for is the one exported
+    return SentenceEncoder.load(name, **overrides).eval()
+
+
+def _same_model(a: str, b: str) -> bool:
+    a, b = resolve_model_name(a), resolve_model_name(b)
+    if Path(a).exists() and Path(b).exists():
+        return Path(a).resolve() == Path(b).resolve()
+    return a == b
+
+
+def check_results_match(
+    results: dict[str, Any], name: str, path: Path, encoder: SentenceEncoder | None = None
+) -> None:
+    """ExportError when `hf_sentcl.evaluate` results were measured on another model than `name` or (once it is
+    loaded) with another pooling than `encoder`'s."""
+    if results.get("source") != "evaluate":
+        return
+    if not _same_model(results["model_name_or_path"], name):
+        raise ExportError(
+            f"Results file '{path}' was measured on '{results['model_name_or_path']}', not on '{name}'; evaluate "
+            "this encoder and pass that file with --results."
+        )
+    if encoder is None:
+        return
+    pooling = encoder.config.active_pooling(training=False)
+    if results.get("pooling") not in (None, pooling):
+        raise ExportError(
+            f"Results file '{path}' was measured with pooling '{results['pooling']}' but the export pools with "
+            f"'{pooling}'; pass --pooling {results['pooling']} or evaluate with --pooling {pooling}."
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m hf_sentcl.export", description=__doc__.splitlines()[0])
-    parser.add_argument("checkpoint", help="A saved SentenceEncoder: a run's output_dir or one of its checkpoint-N.")
+    parser.add_argument(
+        "checkpoint", metavar="ENCODER",
+        help="A saved SentenceEncoder (a run's output_dir or checkpoint-N), or a backbone (path, Hub id or "
+        "'embedded:all-MiniLM-L6-v2') with --pooling.",
+    )
     parser.add_argument("out", help="Export folder to write (README.md, config.json, modules.json, ...).")
+    parser.add_argument("--pooling", choices=POOLING_MODES, default=None,
+                        help="Pooling of the export (default: the saved encoder's, or the one in --results).")
+    parser.add_argument("--pooling-layer", type=int, default=None, help="Hidden-state index for cls/mean/max.")
     parser.add_argument(
         "--results", default=None,
-        help="results.json of the run, for the model card's tables (default: the one beside CHECKPOINT).",
+        help="A run's results.json or the JSON of `hf_sentcl.evaluate --output`, for the card's tables and "
+        "model-index (default: the results.json beside ENCODER).",
     )
     parser.add_argument("--repo-id", default=None, help="Hub id ORG/NAME that the card's usage snippets load.")
     parser.add_argument(
         "--mteb-results", default=None,
-        help="Also write the MTEB-protocol STS scores in the mteb results-folder layout under this folder.",
+        help="Also write MTEB result files (results/ORG__NAME/REVISION/*.json, needs mteb) under this folder.",
     )
+    parser.add_argument("--data-dir", default=None,
+                        help="SentEval data for the MTEB-protocol scores when the results lack them.")
+    parser.add_argument("--batch-size", type=int, default=128, help="Batch size of the MTEB-protocol scoring.")
     parser.add_argument(
         "--adapter", default=None,
         help="Also save the LoRA adapter alone to this folder (for a checkpoint trained with a 'peft' section and "
@@ -509,32 +476,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     checkpoint = Path(args.checkpoint)
-    try:
+    try:  # everything that can be checked before the model loads
         results_path = Path(args.results) if args.results else find_results(checkpoint)
         results = load_results(results_path) if results_path else {}
-        encoder = load_checkpoint(checkpoint)
-        adapter = save_adapter(encoder, args.adapter) if args.adapter else None
+        if args.mteb_results and not mteb_available():
+            raise ExportError(f"--mteb-results needs the mteb package: {INSTALL_HINT}.")
+        check_export_target(args.out, args.overwrite)
         probes = read_probe_sentences(args.probe_file, args.probe_count) if args.probe_file else PROBE_SENTENCES
-        plan = export_encoder(encoder, args.out, overwrite=args.overwrite, verify=False)
-        differences = (
-            None if args.no_verify else verify_export(encoder, args.out, plan, probes, tolerance=args.tolerance)
+        score_mteb = (bool(results.get("sts")) or bool(args.mteb_results)) and not results.get("mteb_sts")
+        data_dir = resolve_data_dir(args.data_dir) if score_mteb else None
+        if score_mteb:
+            STSEvaluator(data_dir, mode="all", sick_split="all")  # reads (and so checks) every STS file now
+        check_results_match(results, args.checkpoint, results_path)
+        pooling = args.pooling or (results.get("pooling") if results.get("source") == "evaluate" else None)
+        encoder = load_checkpoint(args.checkpoint, pooling, args.pooling_layer)
+        check_results_match(results, args.checkpoint, results_path, encoder)
+        adapter = save_adapter(encoder, args.adapter) if args.adapter else None
+        if score_mteb:
+            print("Scoring the 7 STS tasks with MTEB's protocol for the card's model-index ...", flush=True)
+            results.update(mteb_sts_scores(encoder, data_dir, batch_size=args.batch_size).to_results())
+        plan, differences = export_with_card(
+            encoder, args.out, results, repo_id=args.repo_id, overwrite=args.overwrite, verify=not args.no_verify,
+            probes=probes, tolerance=args.tolerance,
+            plots_from=results_path.parent if results_path and results.get("source") != "evaluate" else None,
         )
-        copy_plots(results_path.parent if results_path else checkpoint, args.out)
-        card = write_model_card(args.out, plan, results, repo_id=args.repo_id)
         mteb_folder = (
-            write_mteb_results(args.mteb_results, results, args.out, plan, repo_id=args.repo_id)
-            if args.mteb_results else None
+            export_mteb_results(args.mteb_results, results, args.out, plan, args.repo_id) if args.mteb_results else None
         )
-    except (ExportError, FileNotFoundError, ValueError) as err:
+    except (ExportError, FileNotFoundError, ValueError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"Exported to {args.out}: {plan.describe()}")
     if differences is not None:
         checked = ", ".join(f"{loader} {value:.2e}" for loader, value in differences.items())
         print(f"Checked on {len(probes)} sentences, max |difference| from SentenceEncoder.encode: {checked}")
-    print(f"Model card: {card}" + ("" if results else " (no results.json found: the card has no result tables)"))
+    print(f"Model card: {Path(args.out) / 'README.md'}" + ("" if results else " (no results file: no result tables)"))
     if mteb_folder:
-        print(f"MTEB results: {mteb_folder}")
+        print(f"MTEB results (checked with mteb's loaders): {mteb_folder}")
     if adapter:
         print(f"LoRA adapter: {adapter}")
     return 0

@@ -61,6 +61,8 @@ class PushResult:
     revision: str | None
     url: str | None
     files: tuple[UploadFile, ...]
+    #: the commit the upload made (`CommitInfo.oid`): the model revision MTEB results are filed under
+    commit: str | None = None
 
 
 def check_repo_id(repo_id: str | None, key: str = "--repo-id") -> str:
@@ -176,7 +178,8 @@ def push_folder(
     except (hub_errors.HTTPError, OSError) as err:  # HTTP answers, transport failures, offline mode, no token
         raise HubError(describe_hub_error(err, repo_id, revision)) from None
     url = getattr(info, "commit_url", None) or f"https://huggingface.co/{repo_id}"
-    return PushResult(repo_id=repo_id, revision=revision, url=url, files=tuple(files))
+    commit = getattr(info, "oid", None)
+    return PushResult(repo_id=repo_id, revision=revision, url=url, files=tuple(files), commit=commit)
 
 
 def format_upload_plan(files: Sequence[UploadFile]) -> str:

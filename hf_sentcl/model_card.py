@@ -1,53 +1,50 @@
-"""The model card of an export and its results in Hub formats (model-index, mteb results folder).
+"""The model card of an export: rendered from a results dict with `huggingface_hub`'s `ModelCard`.
 
-The card is rendered with `huggingface_hub`'s `ModelCard.from_template` from `model_cards/sentence_encoder.md`,
-using the run's results dict (`results.json`): every number in it comes from there. Its front matter carries a
-`model-index` with one `cos_sim_spearman` result (0-100) per STS task, labelled as MTEB's datasets; those
-numbers are computed with MTEB's protocol (`mteb_sts_scores`: subsets of a year concatenated, SICK-R on all
-9,927 pairs), never SentEval's SICK-R test split.
+The template, `model_cards/sentence_encoder.md`, is package data (read with `importlib.resources`). Every number
+in the card comes from the results dict: a run's `results.json` or the output of `python -m hf_sentcl.evaluate
+--output`, both brought to one shape by `load_results`. The front matter carries a `model-index` with one
+`cos_sim_spearman` result (0-100) per STS task, labelled as MTEB's datasets; those numbers are the MTEB-protocol
+scores (`hf_sentcl.evaluation.mteb`), never SentEval's SICK-R test split. The inputs of a card are saved beside
+it (`CARD_INPUTS`) so that `push` can render it again for the repository it uploads to.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import datetime
-import enum
-import json
+import inspect
+import math
 import os
 import re
 import textwrap
 from collections.abc import Mapping, Sequence
-from importlib.metadata import PackageNotFoundError, version
+from importlib.resources import files
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import numpy as np
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from hf_sentcl.defaults import EMBEDDED_MODEL_ALIAS
+from hf_sentcl.evaluation.mteb import MTEB_STS_DATASETS
 from hf_sentcl.evaluation.plots import PLOT_CAPTIONS, PLOTS_DIRNAME
-from hf_sentcl.evaluation.report import RUN_LABELS, SHORT_NAMES, sts_markdown_table, transfer_markdown_table
-from hf_sentcl.evaluation.sts import STS_TASKS, STSEvaluator
+from hf_sentcl.evaluation.report import (
+    RUN_LABELS, SHORT_NAMES, read_json, sts_markdown_table, transfer_markdown_table, write_json,
+)
+from hf_sentcl.evaluation.sts import STS_TASKS
+from hf_sentcl.evaluation.transfer import TRANSFER_TASKS
+from hf_sentcl.modeling.export_plan import ExportPlan
+from hf_sentcl.modeling.pooling import masked_max, masked_mean
+from hf_sentcl.run_metadata import library_versions
 
-if TYPE_CHECKING:
-    from hf_sentcl.export import ExportPlan
-    from hf_sentcl.parser import Recipe
-
-TEMPLATE_PATH = Path(__file__).resolve().parents[1] / "model_cards" / "sentence_encoder.md"
-
-# task -> (mteb dataset id, mteb task name, dataset revision); ids and revisions as in mteb's task definitions
-# (mteb/tasks/sts/eng/*.py).
-MTEB_STS_DATASETS: dict[str, tuple[str, str, str]] = {
-    "STS12": ("mteb/sts12-sts", "STS12", "a0d554a64d88156834ff5ae9920b964011b16384"),
-    "STS13": ("mteb/sts13-sts", "STS13", "7e90230a92c190f1bf69ae9002b8cea547a64cca"),
-    "STS14": ("mteb/sts14-sts", "STS14", "6031580fec1f6af667f0bd2da0a551cf4f0b2375"),
-    "STS15": ("mteb/sts15-sts", "STS15", "ae752c7c21bf194d8b67fd573edf7ae58183cbe3"),
-    "STS16": ("mteb/sts16-sts", "STS16", "4d8694f8f0e0100860b497b999b3dbed754a0513"),
-    "STSBenchmark": ("mteb/stsbenchmark-sts", "STSBenchmark", "b0fddb56ed78048fa8b90373c8a3cfc37b684831"),
-    "SICKRelatedness": ("mteb/sickr-sts", "SICK-R", "20a6d6f312dd54037fe07a32d58e5e168867909d"),
-}
-MTEB_NO_REVISION = "no_revision_available"
+TEMPLATE = files("hf_sentcl") / "model_cards" / "sentence_encoder.md"
+CARD_INPUTS = "hf_sentcl_card.json"  # the plan and results a card was rendered from, beside README.md
+#: the label of the one row of results from `hf_sentcl.evaluate`
+EVALUATED = "evaluated"
+ROW_LABELS = {**RUN_LABELS, EVALUATED: "this model"}
+#: results.json keys the card reads (the rest, e.g. loss curves, stays out of the export)
+CARD_KEYS = (
+    "source", "method", "model_name_or_path", "pooling", "sts_mode", "sick_split", "sts", "transfer", "mteb_sts",
+    "mteb_sts_seconds", "train", "recipe_settings", "training_data", "precision", "versions",
+)
 
 # Published training corpora recognised by file name (train_file) -> their Hub dataset.
 KNOWN_TRAIN_FILES = {
@@ -55,10 +52,8 @@ KNOWN_TRAIN_FILES = {
     "wiki1m_subset.txt": "princeton-nlp/datasets-for-simcse",
     "nli_for_simcse.csv": "princeton-nlp/datasets-for-simcse",
 }
-UNLABELED_STS_DATASETS = {
-    "stsb": ["mteb/stsbenchmark-sts"],
-    "all": [dataset for dataset, _, _ in MTEB_STS_DATASETS.values()],
-}
+# unlabeled_sts setting -> the STS tasks whose texts were trained on
+UNLABELED_STS_TASKS = {"stsb": ["STSBenchmark"], "all": list(MTEB_STS_DATASETS)}
 
 CITATIONS = {
     "simcse": """@inproceedings{gao2021simcse,
@@ -107,163 +102,81 @@ METHOD_CITATIONS = {
     "clear": ("clear",),
 }
 
-# Settings never shown in the card: local paths, Hub plumbing and anything that could hold a secret.
-HIDDEN_SETTINGS = {
-    "output_dir", "logging_dir", "run_name", "sts_data_dir", "overwrite_output_dir", "resume_from_checkpoint",
-    "push_to_hub", "hub_model_id", "hub_private_repo", "hub_revision", "hub_strategy", "hub_always_push",
-}
-VERSIONED_PACKAGES = (
-    "hf-sentcl", "torch", "transformers", "sentence-transformers", "accelerate", "datasets", "huggingface-hub",
-    "peft",
-)
 EXAMPLE_SENTENCES = ("A man is playing a guitar.", "Someone is playing an instrument.", "A cat sleeps on the sofa.")
 
 
-# ------------------------------------------------------------------------------------------------ run metadata
-def _plain(value: Any) -> Any:
-    """A JSON/YAML-friendly version of a setting value."""
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    return value
+# ------------------------------------------------------------------------------------------------ results files
+def _check_scores(path: Path, where: str, scores: Any, known: Sequence[str]) -> dict[str, float]:
+    """`scores` as {task: finite number}, with at least one task of `known`; ValueError naming the file if not."""
+    if not isinstance(scores, Mapping) or not any(t in scores for t in known):
+        raise ValueError(f"Results file '{path}': {where} holds none of the tasks {', '.join(known)}.")
+    bad = {k: v for k, v in scores.items() if not isinstance(v, (int, float)) or not math.isfinite(v)}
+    if bad:
+        raise ValueError(f"Results file '{path}': {where} has scores that are not finite numbers: {bad}.")
+    return {k: float(v) for k, v in scores.items()}
 
 
-def _default_values(group: Any) -> dict[str, Any]:
-    """The values a dataclass instance would have with no recipe: for TrainingArguments, after its __post_init__."""
-    cls = type(group)
-    if hasattr(group, "output_dir") and hasattr(group, "to_dict"):  # a TrainingArguments subclass
-        try:
-            reference = cls(output_dir=group.output_dir)
-            return {f.name: getattr(reference, f.name) for f in dataclasses.fields(cls) if f.init}
-        except (ValueError, TypeError):
-            pass
-    defaults = {}
-    for f in dataclasses.fields(cls):
-        if f.default is not dataclasses.MISSING:
-            defaults[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            defaults[f.name] = f.default_factory()
-    return defaults
-
-
-def non_default_settings(recipe: Recipe) -> dict[str, Any]:
-    """Recipe settings that differ from the dataclass defaults (the method name first), for the model card.
-
-    Local paths, Hub settings and token fields are left out; `train_file` is reduced to its file name.
-    """
-    settings: dict[str, Any] = {"method": recipe.method}
-    for group in (recipe.model, recipe.data, recipe.training):
-        defaults = _default_values(group)
-        for f in dataclasses.fields(group):
-            if not f.init or f.name in HIDDEN_SETTINGS or "token" in f.name:
-                continue
-            value = getattr(group, f.name)
-            if f.name in defaults and _plain(defaults[f.name]) == _plain(value):
-                continue
-            settings[f.name] = Path(value).name if f.name == "train_file" and value else _plain(value)
-    return settings
-
-
-def training_data_summary(recipe: Recipe, num_examples: int | None, text_columns: Sequence[str]) -> dict[str, Any]:
-    """Where the training text came from and how much of it was used."""
-    from hf_sentcl.trainers.registry import get_method
-
-    data = recipe.data
-    own_data = get_method(recipe.method).train_data(recipe)  # e.g. the NLI pairs of a ConSERT sup/joint stage
-    if own_data is not None:
-        source, name = own_data.source_key, own_data.source.description
-    elif data.train_file is not None:
-        source, name = "train_file", Path(os.path.expandvars(data.train_file)).name
-    elif data.dataset_name is not None:
-        source, name = "dataset_name", data.dataset_name
-    else:
-        source, name = "unlabeled_sts", data.unlabeled_sts
-    return {
-        "source": source,
-        "name": name,
-        "examples": num_examples,
-        "max_train_samples": data.max_train_samples,
-        "max_seq_length": data.max_seq_length,
-        "columns": list(text_columns),
+def _from_evaluate(path: Path, raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The output of `python -m hf_sentcl.evaluate --output` in the shape of a run's results (one row)."""
+    results: dict[str, Any] = {
+        "source": "evaluate",
+        "model_name_or_path": raw["model"],
+        "pooling": raw.get("pooling"),
+        "sts_mode": raw.get("sts_mode", "all"),
+        "sick_split": raw.get("sick_split", "test"),
     }
+    if "sts" in raw["tasks"]:
+        sts = {k: v for k, v in raw.items() if k in (*STS_TASKS, "Avg")}
+        results["sts"] = {EVALUATED: _check_scores(path, "the STS scores", sts, STS_TASKS)}
+    if "transfer" in raw["tasks"]:
+        results["transfer"] = {EVALUATED: _check_scores(path, "key 'transfer'", raw.get("transfer"), TRANSFER_TASKS)}
+    return results
 
 
-def precision_summary(recipe: Recipe, weights_dtype: str) -> dict[str, str]:
-    """Numeric precision of training, evaluation and the exported weights."""
-    args = recipe.training
-    training = "bf16 mixed precision (autocast)" if args.bf16 else "fp16 mixed precision" if args.fp16 else "fp32"
-    return {
-        "training": training,
-        "evaluation": "bf16 autocast" if recipe.data.eval_bf16 else "fp32",
-        "weights": weights_dtype.replace("torch.", ""),
-    }
-
-
-def package_version(name: str) -> str | None:
-    """The installed version of a distribution, or None when it is not installed."""
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return None
-
-
-def library_versions() -> dict[str, str]:
-    """Installed versions of the libraries that produced the model."""
-    return {name: v for name in VERSIONED_PACKAGES if (v := package_version(name))}
-
-
-def run_metadata(recipe: Recipe, encoder, num_examples: int, num_views: int) -> dict[str, Any]:
-    """What the card needs beyond the scores, collected at the end of a run (stored in results.json)."""
-    from hf_sentcl.trainers.registry import get_method
-
-    spec = get_method(recipe.method)
-    columns = (spec.text_columns + spec.optional_text_columns)[:num_views]
-    return {
-        "recipe_settings": non_default_settings(recipe),
-        "training_data": training_data_summary(recipe, num_examples, columns),
-        "precision": precision_summary(recipe, str(next(encoder.parameters()).dtype)),
-        "versions": library_versions(),
-    }
-
-
-def mteb_sts_scores(
-    encoder,
-    data_dir: str | os.PathLike | None,
-    sts_scores: Mapping[str, float] | None,
-    sts_mode: str,
-    batch_size: int = 128,
-    bf16: bool = False,
-) -> dict[str, float]:
-    """STS Spearman x 100 under MTEB's protocol: a year's subsets concatenated, SICK-R on all 9,927 SICK pairs.
-
-    With `sts_mode == "all"` the STS12-16 and STS-B numbers of `sts_scores` already follow it and only SICK-R is
-    recomputed (about 5k more sentences); otherwise all 7 tasks are encoded again.
-    """
-    if sts_mode == "all" and sts_scores and all(t in sts_scores for t in STS_TASKS[:-1]):
-        sick = STSEvaluator(data_dir, tasks=("SICKRelatedness",), sick_split="all")
-        scores = {t: sts_scores[t] for t in STS_TASKS[:-1]}
-        scores.update(sick(encoder, batch_size=batch_size, bf16=bf16))
-    else:
-        scores = STSEvaluator(data_dir, mode="all", sick_split="all")(encoder, batch_size=batch_size, bf16=bf16)
-    scores.pop("Avg", None)
-    scores["Avg"] = float(np.mean([scores[t] for t in STS_TASKS]))
-    return scores
+def _from_run(path: Path, raw: Mapping[str, Any]) -> dict[str, Any]:
+    """A run's results.json, checked, with only the keys the card reads."""
+    results = {k: raw[k] for k in CARD_KEYS if k in raw}
+    for key, known in (("sts", STS_TASKS), ("transfer", TRANSFER_TASKS)):
+        rows = results.get(key) or {}
+        if not isinstance(rows, Mapping):
+            raise ValueError(f"Results file '{path}': key '{key}' should map run labels to scores.")
+        flat = rows and not all(isinstance(v, Mapping) for v in rows.values())  # {task: acc}, as older runs wrote
+        rows = {EVALUATED: rows} if flat else rows
+        results[key] = {label: _check_scores(path, f"key '{key}.{label}'", v, known) for label, v in rows.items()}
+        if not results[key]:
+            del results[key]
+    if results.get("mteb_sts"):
+        results["mteb_sts"] = _check_scores(path, "key 'mteb_sts'", results["mteb_sts"], STS_TASKS)
+    return results
 
 
 def load_results(path: str | os.PathLike) -> dict[str, Any]:
-    """Read a run's results.json."""
+    """Read the results a card is written from: a run's `results.json` or the JSON of `hf_sentcl.evaluate
+    --output` (STS and/or transfer). Both come back in the run's shape: `sts`/`transfer` map a row label
+    (`before`, `after` or `evaluated`) to scores. ValueError saying why for a file that holds no usable scores.
+    """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"Results file '{path}' does not exist.")
-    return json.loads(path.read_text())
+    raw = read_json(path)
+    if not isinstance(raw, dict):
+        raise ValueError(f"Results file '{path}' holds a JSON {type(raw).__name__}, not an object of results.")
+    if "model" in raw and "tasks" in raw:
+        results = _from_evaluate(path, raw)
+    elif "sts" in raw or "method" in raw:
+        results = _from_run(path, raw)
+    else:
+        raise ValueError(
+            f"Results file '{path}' is neither a run's results.json (keys 'method', 'sts') nor the output of "
+            "`python -m hf_sentcl.evaluate --output` (keys 'model', 'tasks'); its keys are "
+            f"{sorted(raw)[:8]}."
+        )
+    if not any(results.get(k) for k in ("sts", "transfer", "mteb_sts")):
+        raise ValueError(
+            f"Results file '{path}' holds no STS or transfer scores, so the card would have no results; evaluate "
+            "the model (`python -m hf_sentcl.evaluate ... --output FILE`) and pass that file with --results."
+        )
+    return results
 
 
-# ------------------------------------------------------------------------------------------------ card pieces
 def hub_model_id(name_or_path: str | None) -> str | None:
     """The Hub id of a base model name (the embedded alias maps to its Hub original); None for local paths."""
     if not name_or_path:
@@ -285,10 +198,19 @@ def training_datasets(results: Mapping[str, Any]) -> list[str] | None:
     if data.get("source") == "dataset_name":
         return [data["name"]]
     if data.get("source") == "unlabeled_sts":
-        return UNLABELED_STS_DATASETS.get(data.get("name"))
+        tasks = UNLABELED_STS_TASKS.get(data.get("name"), [])
+        return [MTEB_STS_DATASETS[t][0] for t in tasks] or None
     if data.get("source") == "train_file" and data.get("name") in KNOWN_TRAIN_FILES:
         return [KNOWN_TRAIN_FILES[data["name"]]]
     return None
+
+
+def mteb_training_tasks(results: Mapping[str, Any]) -> set[str] | None:
+    """The MTEB task names whose texts the model was trained on (MTEB's `training_datasets`), where known."""
+    data = results.get("training_data") or {}
+    if data.get("source") != "unlabeled_sts":
+        return None
+    return {MTEB_STS_DATASETS[t][1] for t in UNLABELED_STS_TASKS.get(data.get("name"), [])} or None
 
 
 def citations(method: str | None, settings: Mapping[str, Any]) -> list[str]:
@@ -318,9 +240,17 @@ def mteb_eval_results(scores: Mapping[str, float]) -> list[EvalResult]:
     ]
 
 
+def _source(function) -> str:
+    return textwrap.dedent(inspect.getsource(function))
+
+
 def transformers_snippet(plan: ExportPlan, model_id: str) -> str:
-    """Plain-transformers usage: `embed(sentences)` reproduces the sentence-transformers/hf_sentcl vectors."""
-    needs_layers = plan.layer_weights is not None
+    """Plain-transformers usage: `embed(sentences)` reproduces the sentence-transformers/hf_sentcl vectors.
+
+    The token reductions are the source of `hf_sentcl.modeling.pooling`'s own functions, and the states they read
+    follow `pool` for the plan's mode (the export tests run this snippet against `SentenceEncoder.encode`).
+    """
+    mode = plan.mode
     lines = [
         "import torch",
         "from transformers import AutoModel, AutoTokenizer",
@@ -342,31 +272,28 @@ def transformers_snippet(plan: ExportPlan, model_id: str) -> str:
             f'else hf_hub_download(model_id, "{dense_path}")',
             "dense = load_file(dense_file)",
         ]
+    reduce = None if plan.head == "pooler" or mode.token_pooling == "cls" else (
+        masked_max if mode.token_pooling == "max" else masked_mean
+    )
+    if reduce is not None:
+        lines += ["", "", _source(reduce).rstrip()]
     body = [
         f"batch = tokenizer(sentences, padding=True, truncation=True, max_length={plan.max_seq_length}, "
         'return_tensors="pt")',
         "with torch.inference_mode():",
-        f"    outputs = model(**batch{', output_hidden_states=True' if needs_layers else ''})",
-    ]
-    mean_lines = [
-        'mask = batch["attention_mask"].unsqueeze(-1).to(states.dtype)',
-        "embeddings = (states * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)",
+        f"    outputs = model(**batch{', output_hidden_states=True' if mode.averaged_state is not None else ''})",
     ]
     if plan.head == "pooler":
         body.append("embeddings = outputs.pooler_output  # [CLS] through the trained head, folded into the pooler")
-    elif needs_layers:
-        first = "outputs.hidden_states[1]" if plan.pooling == "first_last_avg" else "outputs.hidden_states[-2]"
-        body += [f"states = ({first} + outputs.hidden_states[-1]) / 2", *mean_lines]
-    elif plan.token_pooling == "cls":
-        body.append("embeddings = outputs.last_hidden_state[:, 0]  # [CLS] state")
-    elif plan.token_pooling == "mean":
-        body += ["states = outputs.last_hidden_state", *mean_lines]
-    else:
+    elif mode.averaged_state is not None:
         body += [
-            "states = outputs.last_hidden_state",
-            'padding = batch["attention_mask"].unsqueeze(-1) == 0',
-            "embeddings = states.masked_fill(padding, torch.finfo(states.dtype).min).max(dim=1).values",
+            f"states = (outputs.hidden_states[{mode.averaged_state}] + outputs.hidden_states[-1]) / 2",
+            f'embeddings = {reduce.__name__}(states, batch["attention_mask"])',
         ]
+    elif reduce is None:
+        body.append("embeddings = outputs.last_hidden_state[:, 0]  # [CLS] state")
+    else:
+        body.append(f'embeddings = {reduce.__name__}(outputs.last_hidden_state, batch["attention_mask"])')
     if plan.head == "dense":
         body.append('embeddings = torch.tanh(embeddings @ dense["linear.weight"].T + dense["linear.bias"])')
     body.append("return embeddings")
@@ -391,11 +318,11 @@ def sentence_transformers_snippet(model_id: str) -> str:
     )
 
 
-def _mteb_markdown_table(scores: Mapping[str, float]) -> str:
+def _mteb_markdown_table(scores: Mapping[str, float], label: str) -> str:
     tasks = [t for t in (*STS_TASKS, "Avg") if t in scores]
     header = "| | " + " | ".join(SHORT_NAMES.get(t, t) for t in tasks) + " |"
     rule = "|---|" + "---:|" * len(tasks)
-    return "\n".join([header, rule, "| after training | " + " | ".join(f"{scores[t]:.2f}" for t in tasks) + " |"])
+    return "\n".join([header, rule, f"| {label} | " + " | ".join(f"{scores[t]:.2f}" for t in tasks) + " |"])
 
 
 def _transfer_table(transfer: Mapping[str, Any] | None, labels: Mapping[str, str]) -> str | None:
@@ -428,11 +355,10 @@ def dev_curve_table(history: Sequence[Mapping[str, Any]], limit: int = 20) -> st
 
 
 # ------------------------------------------------------------------------------------------------ the card
-def build_card_data(plan: ExportPlan, results: Mapping[str, Any], model_name: str) -> ModelCardData:
+def build_card_data(results: Mapping[str, Any], model_name: str) -> ModelCardData:
     """Front matter: library, pipeline tag, tags, base model, datasets and the MTEB-protocol model-index."""
     method = results.get("method")
-    mteb_scores = results.get("mteb_sts") or {}
-    eval_results = mteb_eval_results(mteb_scores) or None
+    eval_results = mteb_eval_results(results.get("mteb_sts") or {}) or None
     return ModelCardData(
         library_name="sentence-transformers",
         pipeline_tag="sentence-similarity",
@@ -453,9 +379,8 @@ def render_model_card(
     repo_id: str | None = None,
     model_name: str | None = None,
     plots: Sequence[str] = (),
-    template_path: str | os.PathLike = TEMPLATE_PATH,
 ) -> ModelCard:
-    """Render the model card of an export from the run's results dict (which may be empty).
+    """Render the model card of an export from a results dict (`load_results`' shape; may be empty).
 
     `model_id` is what the usage snippets load; `model_name` (default: the last part of `repo_id`/`model_id`) is
     the card's title and the model-index name. `plots` are PNG paths relative to the export folder, shown as
@@ -468,16 +393,16 @@ def render_model_card(
     settings = results.get("recipe_settings") or {}
     sts = results.get("sts") or {}
     sts_table = (
-        sts_markdown_table({RUN_LABELS.get(k, k): v for k, v in sts.items()}, results.get("sts_mode", "all"))
+        sts_markdown_table({ROW_LABELS.get(k, k): v for k, v in sts.items()}, results.get("sts_mode", "all"))
         if sts else None
     )
     mteb_scores = results.get("mteb_sts")
     train = results.get("train") or {}
     history = train.get("dev_curve") or []
-    card_data = build_card_data(plan, results, model_name)
+    card_data = build_card_data(results, model_name)
     return ModelCard.from_template(
         card_data,
-        template_path=str(template_path),
+        template_str=TEMPLATE.read_text(encoding="utf-8"),
         model_title=model_name,
         model_id=model_id,
         repo_id=repo_id,
@@ -494,9 +419,10 @@ def render_model_card(
         dev_table=dev_curve_table(history),
         num_dev_evaluations=len(history),
         sts_table=sts_table,
-        sts_mode=results.get("sts_mode"),
-        mteb_table=_mteb_markdown_table(mteb_scores) if mteb_scores else None,
-        transfer_table=_transfer_table(results.get("transfer"), RUN_LABELS),
+        sick_split=results.get("sick_split", "test"),
+        mteb_table=_mteb_markdown_table(mteb_scores, ROW_LABELS["after" if train else EVALUATED])
+        if mteb_scores else None,
+        transfer_table=_transfer_table(results.get("transfer"), ROW_LABELS),
         plots=[{"path": p, "caption": PLOT_CAPTIONS.get(Path(p).name, Path(p).stem.replace("_", " "))} for p in plots],
         precision=results.get("precision"),
         versions=results.get("versions") or library_versions(),
@@ -507,97 +433,44 @@ def render_model_card(
 
 
 def write_model_card(
-    out_dir: str | os.PathLike, plan: ExportPlan, results: Mapping[str, Any], repo_id: str | None = None
+    out_dir: str | os.PathLike,
+    plan: ExportPlan,
+    results: Mapping[str, Any],
+    repo_id: str | None = None,
+    *,
+    local_id: str | None = None,
+    model_name: str | None = None,
 ) -> Path:
-    """Render the card into `out_dir/README.md`; snippets load `repo_id` or, without one, the folder itself. PNGs in
-    `out_dir/plots/` (copied there by the export) are shown in the card."""
+    """Render the card into `out_dir/README.md` (and its inputs into `CARD_INPUTS`); return the card's path.
+
+    The snippets load `repo_id` or, without one, `local_id` (default: the folder itself; an export built in a
+    temporary folder passes its final path). PNGs in `out_dir/plots/` are shown in the card.
+    """
     out_dir = Path(out_dir).resolve()
-    local_name = out_dir.parent.name if out_dir.name == "export" else out_dir.name  # a run's output_dir/export
+    local_id = local_id or str(out_dir)
+    if model_name is None and not repo_id:
+        local = Path(local_id)
+        model_name = local.parent.name if local.name == "export" else local.name  # a run's output_dir/export
     order = {name: i for i, name in enumerate(PLOT_CAPTIONS)}  # known plots in caption order, others after them
     pngs = sorted((out_dir / PLOTS_DIRNAME).glob("*.png"), key=lambda p: (order.get(p.name, len(order)), p.name))
     plots = [p.relative_to(out_dir).as_posix() for p in pngs]
     card = render_model_card(
-        plan, results, model_id=repo_id or str(out_dir), repo_id=repo_id, model_name=None if repo_id else local_name,
-        plots=plots,
+        plan, results, model_id=repo_id or local_id, repo_id=repo_id, model_name=model_name, plots=plots
     )
+    inputs = {"plan": plan.to_dict(), "results": {k: results[k] for k in CARD_KEYS if k in results}}
+    write_json(out_dir / CARD_INPUTS, inputs)
     path = out_dir / "README.md"
     card.save(path)
     return path
 
 
-# ------------------------------------------------------------------------------------------------ mteb results
-def exported_parameter_count(export_dir: str | os.PathLike) -> int:
-    """Parameters stored in an export's safetensors files (backbone and modules), read from their headers."""
-    from safetensors import safe_open
-
-    total = 0
-    for path in Path(export_dir).rglob("*.safetensors"):
-        with safe_open(str(path), framework="pt") as f:
-            for name in f.keys():
-                total += int(np.prod(f.get_slice(name).get_shape()))
-    return total
-
-
-def write_mteb_results(
-    root: str | os.PathLike,
-    results: Mapping[str, Any],
-    export_dir: str | os.PathLike,
-    plan: ExportPlan,
-    repo_id: str | None = None,
-) -> Path | None:
-    """Write the MTEB-protocol STS scores as `root/<org__name>/no_revision_available/<Task>.json` + model_meta.json.
-
-    The files follow the layout of the mteb results repository (scores on a 0-1 scale, `main_score` =
-    `cosine_spearman`); `mteb_version` is null because the numbers come from hf_sentcl's evaluator, not the
-    mteb package. Returns the model folder, or None when the results hold no MTEB-protocol scores.
-    """
-    scores = results.get("mteb_sts")
-    if not scores:
-        return None
-    name = repo_id or f"hf_sentcl/{Path(export_dir).resolve().parent.name}"
-    folder = Path(root) / name.replace("/", "__") / MTEB_NO_REVISION
-    folder.mkdir(parents=True, exist_ok=True)
-    for task, (_dataset, task_name, revision) in MTEB_STS_DATASETS.items():
-        if task not in scores:
-            continue
-        value = round(float(scores[task]) / 100, 6)
-        content = {
-            "dataset_revision": revision,
-            "task_name": task_name,
-            "mteb_version": None,
-            "scores": {
-                "test": [
-                    {
-                        "cosine_spearman": value,
-                        "spearman": value,
-                        "main_score": value,
-                        "hf_subset": "default",
-                        "languages": ["eng-Latn"],
-                    }
-                ]
-            },
-            "evaluation_time": None,
-            "kg_co2_emissions": None,
-        }
-        (folder / f"{task_name}.json").write_text(json.dumps(content, indent=2) + "\n")
-    meta = {
-        "name": name,
-        "revision": MTEB_NO_REVISION,
-        "release_date": datetime.date.today().isoformat(),
-        "languages": ["eng-Latn"],
-        "n_parameters": exported_parameter_count(export_dir),
-        "max_tokens": plan.max_seq_length,
-        "embed_dim": plan.hidden_size,
-        "license": None,
-        "open_weights": True,
-        "public_training_code": None,
-        "framework": ["Sentence Transformers", "PyTorch"],
-        "reference": f"https://huggingface.co/{repo_id}" if repo_id else None,
-        "similarity_fn_name": "cosine",
-        "use_instructions": False,
-        "training_datasets": None,
-        "adapted_from": hub_model_id(results.get("model_name_or_path")),
-        "superseded_by": None,
-    }
-    (folder / "model_meta.json").write_text(json.dumps(meta, indent=2) + "\n")
-    return folder.parent
+def rewrite_model_card(out_dir: str | os.PathLike, repo_id: str) -> Path:
+    """Render the card of an export again with its usage snippets loading `repo_id` (e.g. before a push)."""
+    inputs_path = Path(out_dir) / CARD_INPUTS
+    if not inputs_path.is_file():
+        raise FileNotFoundError(
+            f"'{out_dir}' has no {CARD_INPUTS} (the inputs of its model card), so its card cannot be rendered for "
+            f"'{repo_id}'; export it again with `python -m hf_sentcl.export ... --overwrite`."
+        )
+    inputs = read_json(inputs_path)
+    return write_model_card(out_dir, ExportPlan.from_dict(inputs["plan"]), inputs["results"], repo_id=repo_id)

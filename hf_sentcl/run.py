@@ -24,16 +24,17 @@ from hf_sentcl.data import ViewCollator, add_length_column, load_training_datase
 from hf_sentcl.data.corpus import check_train_file, text_sources
 from hf_sentcl.defaults import resolve_data_dir, resolve_model_name
 from hf_sentcl.evaluate import EvaluationSuites, SuiteResults, check_suites, markdown_report, run_results
+from hf_sentcl.evaluation.mteb import mteb_sts_scores
 from hf_sentcl.evaluation.plots import write_run_plots
 from hf_sentcl.evaluation.report import RUN_LABELS, write_results
 from hf_sentcl.evaluation.transfer import check_transfer_files
 from hf_sentcl.evaluation.sts import STSEvaluator
 from hf_sentcl.hub import HubError, check_hub_settings
-from hf_sentcl.model_card import mteb_sts_scores, run_metadata
 from hf_sentcl.modeling import SentenceEncoder
 from hf_sentcl.modeling.peft import ADAPTER_DIRNAME, merge_adapters, parameter_counts, save_adapter
 from hf_sentcl.parser import Recipe, RecipeError, parse_recipe
 from hf_sentcl.push import publish_run
+from hf_sentcl.run_metadata import run_metadata
 from hf_sentcl.trainers.registry import get_method
 
 logger = logging.getLogger("hf_sentcl")
@@ -229,10 +230,10 @@ def run_stage(recipe: Recipe) -> dict[str, Any]:
         results.update(run_results(final))
         rows = results["sts"]
         if "after" in rows:  # MTEB's protocol (SICK-R on all pairs) for the model card's model-index
-            results["mteb_sts"] = mteb_sts_scores(
-                final_encoder, data_dir, rows["after"], recipe.data.sts_mode,
-                recipe.training.per_device_eval_batch_size, recipe.data.eval_bf16,
-            )
+            results.update(mteb_sts_scores(
+                final_encoder, data_dir, recipe.training.per_device_eval_batch_size, recipe.data.eval_bf16,
+                reuse=rows["after"] if recipe.data.sts_mode == "all" else None,
+            ).to_results())
         results.update(run_metadata(recipe, final_encoder, len(train_dataset), num_views))
         results["plots"] = write_run_plots(
             args.output_dir, trainer.state.log_history,
@@ -266,7 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     results = run(recipe)
-    return 1 if "push_error" in results.get("export", {}) else 0
+    return 1 if {"push_error", "export_error"} & set(results.get("export", {})) else 0
 
 
 if __name__ == "__main__":

@@ -675,7 +675,7 @@ def test_recipes_carry_the_paper_settings(repo_root, monkeypatch, name):
 
 def test_card_names_the_nli_pairs_of_a_joint_run(repo_root, senteval_dir, monkeypatch):
     """results.json / the model card name the NLI source of a sup/joint stage, not the (unset) unlabeled text."""
-    from hf_sentcl.model_card import training_data_summary
+    from hf_sentcl.run_metadata import training_data_summary
 
     monkeypatch.setenv("HF_SENTCL_DATA", str(senteval_dir))
     joint = parse_recipe(repo_root / "recipes" / "consert_minilm_joint.yaml")

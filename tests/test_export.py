@@ -2,6 +2,7 @@
 SentenceTransformer(OUT).encode agree, on tiny BERT and RoBERTa, for every exportable pooling/head setting."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -67,8 +68,11 @@ def test_round_trip_bert_and_roberta(tiny_backbone_dir, tmp_path, setting):
     assert type(AutoModel.from_pretrained(out)).__name__ == backbone_class  # no trust_remote_code involved
     modules = json.loads((out / "modules.json").read_text())
     pooling = json.loads((out / "1_Pooling" / "config.json").read_text())
-    assert pooling["pooling_mode_cls_token"] == (setting != "mean")
-    assert pooling["pooling_mode_mean_tokens"] == (setting == "mean")
+    assert pooling["pooling_mode"] == ("mean" if setting == "mean" else "cls")  # written by sentence-transformers
+    assert [m["type"] for m in modules][:2] == [
+        "sentence_transformers.base.modules.transformer.Transformer",
+        "sentence_transformers.sentence_transformer.modules.pooling.Pooling",
+    ]
     if setting == "cls_mlp":
         # folded into the pooler for AutoModel users, and a Dense(Tanh) module for sentence-transformers
         assert plan.head == "pooler" and [m["path"] for m in modules] == ["", "1_Pooling", "2_Dense"]
@@ -173,6 +177,9 @@ def test_cli_exports_checkpoint_with_card(tiny_bert_dir, tmp_path, capsys):
     checkpoint = tmp_path / "run"
     encoder.save_pretrained(checkpoint)
     (checkpoint / "results.json").write_text(json.dumps({"method": "simcse_sup", "sts_mode": "all"}))
+    assert main([str(checkpoint), str(tmp_path / "out"), "--repo-id", "me/tiny"]) == 2  # a results file without scores
+    assert "holds no STS or transfer scores" in capsys.readouterr().err and not (tmp_path / "out").exists()
+    (checkpoint / "results.json").write_text(json.dumps({"method": "simcse_sup", "transfer": {"after": {"MR": 80.0}}}))
     assert main([str(checkpoint), str(tmp_path / "out"), "--repo-id", "me/tiny"]) == 0
     card = (tmp_path / "out" / "README.md").read_text()
     assert "simcse_sup" in card and 'model_id = "me/tiny"' in card
@@ -181,10 +188,15 @@ def test_cli_exports_checkpoint_with_card(tiny_bert_dir, tmp_path, capsys):
     )
 
 
-def test_cli_rejects_plain_backbone(tiny_bert_dir, tmp_path, capsys):
+def test_cli_plain_backbone_needs_pooling(tiny_bert_dir, tmp_path, capsys):
+    """An untouched backbone exports with --pooling (and is refused, before anything is written, without it)."""
     assert main([str(tiny_bert_dir), str(tmp_path / "out")]) == 2
-    assert "not a saved SentenceEncoder" in capsys.readouterr().err
+    assert "--pooling" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+    assert main([str(tiny_bert_dir), str(tmp_path / "out"), "--pooling", "mean"]) == 0
+    reference = SentenceEncoder.from_backbone(str(tiny_bert_dir), pooling="mean").eval().encode(SENTENCES)
+    exported = SentenceTransformer(str(tmp_path / "out"), device="cpu").encode(SENTENCES)
+    np.testing.assert_allclose(exported, reference, atol=ATOL, rtol=0)
 
 
 def test_cli_checks_export_on_probe_file(tiny_bert_dir, tmp_path, capsys):
@@ -202,3 +214,94 @@ def test_cli_missing_probe_file(tiny_bert_dir, tmp_path, capsys):
     make_encoder(tiny_bert_dir, pooling="mean").save_pretrained(tmp_path / "run")
     assert main([str(tmp_path / "run"), str(tmp_path / "out"), "--probe-file", str(tmp_path / "nope.txt")]) == 2
     assert "nope.txt" in capsys.readouterr().err
+
+
+def snapshot(folder):
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_failed_overwrite_leaves_the_old_export(tiny_bert_dir, tmp_path):
+    """--overwrite builds beside OUT and swaps only after the checks: a failing check changes nothing."""
+    encoder = make_encoder(tiny_bert_dir, pooling="mean")
+    out = tmp_path / "out"
+    export_encoder(encoder, out)
+    before = snapshot(out)
+    other = make_encoder(tiny_bert_dir, pooling="max")
+    with pytest.raises(ExportError, match="does not reproduce"):
+        export_encoder(other, out, overwrite=True, tolerance=-1.0)  # no difference is <= -1: the check fails
+    assert snapshot(out) == before and sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # nothing left over
+    export_encoder(other, out, overwrite=True)
+    assert json.loads((out / "1_Pooling" / "config.json").read_text())["pooling_mode"] == "max"
+
+
+def test_non_finite_or_collapsed_models_are_not_exported(tiny_bert_dir, tmp_path):
+    encoder = make_encoder(tiny_bert_dir, pooling="mean")
+    with torch.no_grad():
+        encoder.backbone.encoder.layer[0].output.dense.weight[0, 0] = float("nan")
+    with pytest.raises(ExportError, match="non-finite weights"):
+        export_encoder(encoder, tmp_path / "nan")
+    collapsed = make_encoder(tiny_bert_dir, pooling="mean")
+    with torch.no_grad():  # every token of the last layer becomes the LayerNorm bias: one vector for all sentences
+        collapsed.backbone.encoder.layer[-1].output.LayerNorm.weight.zero_()
+    with pytest.raises(ExportError, match="collapsed"):
+        export_encoder(collapsed, tmp_path / "collapsed")
+    assert sorted(tmp_path.iterdir()) == []  # no export, no card, no partial folder
+
+
+def test_verification_rejects_non_finite_export(tiny_bert_dir, tmp_path):
+    """A NaN embedding is not "within tolerance" (NaN > tolerance is False): verification names it."""
+    from safetensors.torch import save_file
+
+    encoder = make_encoder(tiny_bert_dir, pooling="mean")
+    plan = export_encoder(encoder, tmp_path / "out", verify=False)
+    weights = load_file(tmp_path / "out" / "model.safetensors")
+    name = next(k for k in weights if k.endswith("output.dense.weight"))
+    weights[name] = torch.full_like(weights[name], float("nan"))
+    save_file(weights, tmp_path / "out" / "model.safetensors")
+    with pytest.raises(ExportError, match="non-finite embeddings"):
+        verify_export(encoder, tmp_path / "out", plan)
+
+
+def test_cli_from_evaluate_output_with_mteb_files(tiny_bert_dir, senteval_dir, tmp_path, capsys):
+    """`evaluate --output` JSON -> card tables + model-index (MTEB protocol, computed here) + MTEB files."""
+    import mteb
+    from huggingface_hub import ModelCard
+    from mteb.models import ModelMeta
+    from mteb.results import TaskResult
+
+    from hf_sentcl.evaluation.sts import STS_TASKS, STSEvaluator
+
+    encoder = SentenceEncoder.from_backbone(str(tiny_bert_dir), pooling="max").eval()
+    sts = STSEvaluator(senteval_dir)(encoder)
+    evaluated = {"model": str(tiny_bert_dir), "pooling": "max", "pooling_layer": -1, "tasks": ["sts"],
+                 "sts_mode": "all", "sick_split": "test", "precision": "fp32", **sts}
+    res = tmp_path / "res.json"
+    res.write_text(json.dumps(evaluated))
+    out, mt = tmp_path / "out", tmp_path / "mt"
+    common = ["--results", str(res), "--mteb-results", str(mt), "--repo-id", "org/name", "--data-dir", str(senteval_dir)]
+    assert main([str(tiny_bert_dir), str(out), "--pooling", "mean", *common]) == 2  # not what was evaluated
+    assert "pooling 'max'" in capsys.readouterr().err and not out.exists()
+    other = shutil.copytree(tiny_bert_dir, tmp_path / "other-model")
+    assert main([str(other), str(out), *common]) == 2
+    assert "was measured on" in capsys.readouterr().err
+    assert main([str(tiny_bert_dir), str(out), *common]) == 0  # the pooling comes from the results file
+
+    card = ModelCard.load(out / "README.md")
+    expected = STSEvaluator(senteval_dir, mode="all", sick_split="all")(encoder)  # MTEB's protocol
+    assert [r.dataset_name for r in card.data.eval_results] == [
+        "MTEB STS12", "MTEB STS13", "MTEB STS14", "MTEB STS15", "MTEB STS16", "MTEB STSBenchmark", "MTEB SICK-R"]
+    for result, task in zip(card.data.eval_results, STS_TASKS, strict=True):
+        assert result.metric_type == "cos_sim_spearman" and result.dataset_type.startswith("mteb/")
+        assert result.metric_value == pytest.approx(expected[task], abs=1e-4)
+    assert f"| this model | {sts['STS12']:.2f} |" in card.text and 'SentenceTransformer("org/name")' in card.text
+    folder = mt / "results" / "org__name" / "no_revision_available"
+    files = sorted(folder.glob("*.json"))
+    assert len(files) == 8
+    for path in files:
+        if path.name == "model_meta.json":
+            assert ModelMeta.model_validate(json.loads(path.read_text())).name == "org/name"
+        else:
+            result = TaskResult.from_disk(path)
+            assert result.mteb_version == mteb.__version__ and result.evaluation_time > 0
+    sick = TaskResult.from_disk(folder / "SICK-R.json")
+    assert sick.get_score() * 100 == pytest.approx(expected["SICKRelatedness"], abs=1e-3)

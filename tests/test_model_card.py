@@ -1,25 +1,25 @@
-"""Model card content and metadata, the MTEB-protocol scores behind its model-index, and the mteb results folder."""
+"""Model card content and metadata, the results files it reads, the MTEB-protocol scores behind its model-index,
+and the MTEB result files (checked with the mteb package's own loaders)."""
 
 import json
 
+import mteb
 import numpy as np
 import pytest
 import torch
 from huggingface_hub import ModelCard, metadata_load
+from mteb.models import ModelMeta
+from mteb.results import TaskResult
 from safetensors.torch import save_file
 
-from hf_sentcl.evaluation.sts import STS_TASKS, STSEvaluator
-from hf_sentcl.export import ExportPlan
-from hf_sentcl.model_card import (
-    MTEB_STS_DATASETS,
-    dev_curve_table,
-    mteb_sts_scores,
-    non_default_settings,
-    render_model_card,
-    write_model_card,
-    write_mteb_results,
+from hf_sentcl.evaluation.mteb import (
+    MTEB_STS_DATASETS, MtebScores, check_mteb_folder, mteb_sts_scores, rekey_mteb_results, write_mteb_results,
 )
+from hf_sentcl.evaluation.sts import STS_TASKS, STSEvaluator
+from hf_sentcl.model_card import dev_curve_table, load_results, render_model_card, write_model_card
+from hf_sentcl.modeling.export_plan import ExportPlan
 from hf_sentcl.parser import parse_recipe
+from hf_sentcl.run_metadata import non_default_settings
 
 from helpers import FakeEncoder
 
@@ -181,32 +181,93 @@ def test_mteb_scores_use_all_sick_pairs(senteval_dir, fake_encoder):
     reference = STSEvaluator(senteval_dir, mode="all", sick_split="all")(fake_encoder)
     senteval = STSEvaluator(senteval_dir, mode="all")(fake_encoder)
     assert reference["SICKRelatedness"] != pytest.approx(senteval["SICKRelatedness"])
+    fresh = mteb_sts_scores(fake_encoder, senteval_dir)
+    assert fresh.scores == pytest.approx(reference) and set(fresh.seconds) == set(STS_TASKS)
+    assert all(seconds > 0 for seconds in fresh.seconds.values())
     fake_encoder.calls.clear()
-    mteb = mteb_sts_scores(fake_encoder, senteval_dir, senteval, "all")
-    assert mteb == pytest.approx(reference)
-    (call,) = fake_encoder.calls  # only SICK was encoded again
+    reused = mteb_sts_scores(fake_encoder, senteval_dir, reuse=senteval)  # a run's own mode-"all" scores
+    assert reused.scores == pytest.approx(reference)
+    (call,) = fake_encoder.calls  # only SICK was encoded again, and only it has a time
     assert set(call["sentences"]) == set(STSEvaluator(senteval_dir, tasks=("SICKRelatedness",),
                                                       sick_split="all").sentences())
-    # with another averaging mode the STS12-16 numbers are recomputed in mode "all"
-    mean_mode = STSEvaluator(senteval_dir, mode="mean")(fake_encoder)
-    assert mteb_sts_scores(fake_encoder, senteval_dir, mean_mode, "mean") == pytest.approx(reference)
+    assert list(reused.seconds) == ["SICKRelatedness"]
+
+
+def test_mteb_table_matches_mteb_tasks():
+    for dataset, name, revision in MTEB_STS_DATASETS.values():
+        metadata = mteb.get_task(name).metadata
+        assert (metadata.dataset["path"], metadata.dataset["revision"], metadata.main_score) == (
+            dataset, revision, "cosine_spearman")
 
 
 def test_mteb_results_folder(tmp_path):
     export_dir = tmp_path / "run" / "export"
     export_dir.mkdir(parents=True)
     save_file({"w": torch.zeros(3, 4)}, export_dir / "model.safetensors")
-    results = make_results()
-    folder = write_mteb_results(tmp_path / "mteb", results, export_dir, PLAN, repo_id="my-org/simcse-minilm")
-    assert folder == tmp_path / "mteb" / "my-org__simcse-minilm"
-    revision_dir = folder / "no_revision_available"
-    names = sorted(p.name for p in revision_dir.iterdir())
+    results = make_results(training_data={"source": "unlabeled_sts", "name": "stsb"})
+    scores = MtebScores(results["mteb_sts"], {"SICKRelatedness": 12.5})
+    folder = write_mteb_results(tmp_path / "mteb", scores, name="my-org/simcse-minilm", export_dir=export_dir,
+                                max_tokens=512, embed_dim=384, training_tasks={"STSBenchmark"})
+    assert folder == tmp_path / "mteb" / "results" / "my-org__simcse-minilm" / "no_revision_available"
+    names = sorted(p.name for p in folder.iterdir())
     assert names == sorted([f"{name}.json" for _, name, _ in MTEB_STS_DATASETS.values()] + ["model_meta.json"])
-    sick = json.loads((revision_dir / "SICK-R.json").read_text())
-    assert sick["task_name"] == "SICK-R" and sick["dataset_revision"] == MTEB_STS_DATASETS["SICKRelatedness"][2]
-    (entry,) = sick["scores"]["test"]
-    assert entry["main_score"] == entry["cosine_spearman"] == pytest.approx(0.791234)
-    assert entry["hf_subset"] == "default" and entry["languages"] == ["eng-Latn"]
-    meta = json.loads((revision_dir / "model_meta.json").read_text())
-    assert meta["name"] == "my-org/simcse-minilm" and meta["n_parameters"] == 12 and meta["embed_dim"] == 384
-    assert write_mteb_results(tmp_path / "none", {}, export_dir, PLAN) is None
+    for path in folder.glob("*.json"):  # the mteb package's own loaders accept every file
+        if path.name == "model_meta.json":
+            meta = ModelMeta.model_validate(json.loads(path.read_text()))
+        else:
+            assert TaskResult.from_disk(path).mteb_version == mteb.__version__
+    sick = TaskResult.from_disk(folder / "SICK-R.json")
+    assert sick.task_name == "SICK-R" and sick.dataset_revision == MTEB_STS_DATASETS["SICKRelatedness"][2]
+    assert sick.evaluation_time == 12.5 and sick.get_score() == pytest.approx(0.791234)
+    (entry,) = sick.scores["test"]
+    assert entry["main_score"] == entry["cosine_spearman"] and entry["languages"] == ["eng-Latn"]
+    assert TaskResult.from_disk(folder / "STS12.json").evaluation_time is None  # a reused score has no time
+    assert meta.name == "my-org/simcse-minilm" and meta.n_parameters == 12 and meta.embed_dim == 384
+    assert meta.training_datasets == {"STSBenchmark"} and meta.revision == "no_revision_available"
+    # after a push: filed under the pushed commit, and still accepted by mteb
+    moved = rekey_mteb_results(tmp_path / "mteb", "org/pushed", "0123abcd" * 5)
+    assert moved == tmp_path / "mteb" / "results" / "org__pushed" / ("0123abcd" * 5) and not folder.exists()
+    assert ModelMeta.model_validate(json.loads((moved / "model_meta.json").read_text())).revision == "0123abcd" * 5
+    assert len(check_mteb_folder(moved)) == 7
+    (moved / "STS12.json").write_text(json.dumps({"task_name": "STS12"}))
+    with pytest.raises(ValueError, match="mteb rejects .*STS12.json"):
+        check_mteb_folder(moved)
+
+
+EVALUATE_OUTPUT = {
+    "model": "embedded:all-MiniLM-L6-v2", "pooling": "mean", "pooling_layer": -1, "tasks": ["sts", "transfer"],
+    "sts_mode": "all", "sick_split": "test", "precision": "fp32", **scores(5.0),
+    "transfer": {"MR": 75.5, "CR": 80.25, "Avg": 77.875},
+}
+
+
+def test_evaluate_output_feeds_the_card(tmp_path):
+    path = tmp_path / "res.json"
+    path.write_text(json.dumps(EVALUATE_OUTPUT))
+    results = load_results(path)
+    assert results["sts"] == {"evaluated": {k: EVALUATE_OUTPUT[k] for k in (*STS_TASKS, "Avg")}}
+    assert results["transfer"] == {"evaluated": EVALUATE_OUTPUT["transfer"]}
+    results.update(MtebScores(make_results()["mteb_sts"]).to_results())
+    card = ModelCard.load(write_model_card(tmp_path, PLAN, results, repo_id="org/name"))
+    assert len(card.data.eval_results) == 7 and card.data.base_model == "sentence-transformers/all-MiniLM-L6-v2"
+    assert "| this model | 65.00 |" in card.text and "| this model | 75.50 | 80.25 |" in card.text
+    assert "exported with hf_sentcl" in card.text and "unknown" not in card.text
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("not json", "is not a JSON file"),
+        ("[1, 2]", "holds a JSON list"),
+        ('{"accuracy": 1}', "neither a run's results.json"),
+        ('{"method": "simcse", "sts": {}}', "holds no STS or transfer scores"),
+        ('{"model": "m", "tasks": ["sts"], "MR": 70}', "holds none of the tasks STS12"),
+        ('{"model": "m", "tasks": ["sts"], "STS12": NaN}', "not finite"),
+        ('{"method": "simcse", "sts": {"after": {"STS12": "high"}}}', "not finite numbers"),
+    ],
+)
+def test_unusable_results_files_are_refused(tmp_path, content, message):
+    path = tmp_path / "res.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=message):
+        load_results(path)

@@ -2,27 +2,25 @@
 
 import hashlib
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import httpx2
 import pytest
+import torch
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled, RepositoryNotFoundError
 
 from hf_sentcl import SentenceEncoder
+from hf_sentcl.evaluation.mteb import MtebScores, check_mteb_folder, write_mteb_results
+from hf_sentcl.evaluation.sts import STS_TASKS
+from hf_sentcl.export import export_with_card
 from hf_sentcl.hub import HubError, check_hub_settings, push_folder, upload_plan
 from hf_sentcl.parser import RecipeError, parse_recipe
 from hf_sentcl.push import main, publish_run
 from hf_sentcl.run import validate_recipe
 
 FAKE_TOKEN = "hf_thisIsNotARealTokenButMustNeverBePrinted"
-EXPORT_FILES = {
-    "README.md": "---\nlibrary_name: sentence-transformers\n---\n# m\nmodel_id = \"org/model\"\n",
-    "config.json": "{}",
-    "modules.json": "[]",
-    "model.safetensors": "weights",
-    "1_Pooling/config.json": "{}",
-    "2_Dense/model.safetensors": "dense",
-}
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
 class RecordingApi:
@@ -45,16 +43,18 @@ class RecordingApi:
         self._record("create_branch", args, kwargs)
 
     def upload_folder(self, *args, **kwargs):
+        self.card = (Path(kwargs["folder_path"]) / "README.md").read_text()  # what the Hub would receive
         self._record("upload_folder", args, kwargs)
-        return SimpleNamespace(commit_url=f"https://huggingface.co/{kwargs['repo_id']}/commit/abc123")
+        return SimpleNamespace(commit_url=f"https://huggingface.co/{kwargs['repo_id']}/commit/{COMMIT[:7]}",
+                               oid=COMMIT)
 
 
 @pytest.fixture
-def export_dir(tmp_path):
+def export_dir(tiny_bert_dir, tmp_path):
+    """A real export (model card for the local folder, no repo id) with a .git folder that is never uploaded."""
     folder = tmp_path / "export"
-    for name, content in EXPORT_FILES.items():
-        (folder / name).parent.mkdir(parents=True, exist_ok=True)
-        (folder / name).write_text(content)
+    encoder = SentenceEncoder.from_backbone(str(tiny_bert_dir), pooling="mean").eval()
+    export_with_card(encoder, folder, {}, verify=False)
     (folder / ".git").mkdir()
     (folder / ".git" / "HEAD").write_text("ref: refs/heads/main")  # never uploaded (huggingface_hub's ignores)
     return folder
@@ -80,8 +80,10 @@ def test_push_calls(export_dir):
     assert kwargs["repo_id"] == "my-org/encoder" and kwargs["folder_path"] == str(export_dir)
     assert kwargs["repo_type"] == "model" and kwargs["revision"] is None and ".git" in kwargs["ignore_patterns"]
     assert not any("token" in key for _, _, kw in api.calls for key in kw)  # huggingface_hub reads the token itself
-    assert result.url.endswith("/commit/abc123")
-    assert [f.path for f in result.files] == sorted(EXPORT_FILES)
+    assert result.url.endswith("/commit/0123456") and result.commit == COMMIT
+    files = [f.path for f in result.files]
+    assert {"README.md", "config.json", "modules.json", "model.safetensors", "1_Pooling/config.json"} <= set(files)
+    assert not any(f.startswith(".git") for f in files)
 
 
 def test_cli_private_revision(export_dir, capsys):
@@ -93,7 +95,7 @@ def test_cli_private_revision(export_dir, capsys):
     assert api.calls[0][2]["private"] is True
     assert api.calls[1][1] == ("my-org/encoder",) and api.calls[1][2]["branch"] == "v1"
     assert api.calls[2][2]["revision"] == "v1" and api.calls[2][2]["commit_message"] == "first"
-    assert "Uploaded 6 files to my-org/encoder (branch v1)" in capsys.readouterr().out
+    assert f"Uploaded {len(upload_plan(export_dir))} files to my-org/encoder (branch v1)" in capsys.readouterr().out
 
 
 def test_dry_run_lists_exactly_the_upload(export_dir, capsys):
@@ -102,9 +104,13 @@ def test_dry_run_lists_exactly_the_upload(export_dir, capsys):
     assert main([str(export_dir), "--repo-id", "my-org/encoder", "--dry-run"], api=api) == 0
     assert api.calls == []
     out = capsys.readouterr().out
-    listed = [line.split()[-1] for line in out.splitlines()[1:-1]]
-    assert listed == [f.path for f in upload_plan(export_dir)] == sorted(EXPORT_FILES)
-    assert ".git/HEAD" not in out and f"({len(EXPORT_FILES)} files)" in out
+    lines = out.splitlines()
+    end = next(i for i, line in enumerate(lines) if line.endswith("files)"))
+    listed = [line.split()[-1] for line in lines[1:end]]
+    assert listed == [f.path for f in upload_plan(export_dir)]
+    assert ".git/HEAD" not in out
+    # the card is rendered for the repository: its snippets load my-org/encoder
+    assert 'SentenceTransformer("my-org/encoder")' in out and 'model_id = "my-org/encoder"' in out
     assert snapshot(export_dir) == before
 
 
@@ -142,9 +148,22 @@ def test_bad_inputs(export_dir, tmp_path, capsys):
     assert api.calls == []
 
 
-def test_card_id_mismatch_warns(export_dir, capsys):
-    assert main([str(export_dir), "--repo-id", "other/name", "--dry-run"], api=RecordingApi()) == 0
-    assert "do not load 'other/name'" in capsys.readouterr().err
+def test_push_renders_the_card_for_its_repo_and_files_mteb_results(export_dir, tmp_path, capsys):
+    """The uploaded card loads ORG/NAME (the local one is untouched); MTEB files move under the pushed commit."""
+    local_card = (export_dir / "README.md").read_text()
+    assert f'model_id = "{export_dir.resolve()}"' in local_card
+    mt = tmp_path / "mt"
+    scores = MtebScores({task: 70.0 + i for i, task in enumerate(STS_TASKS)}, {"STS12": 1.5})
+    write_mteb_results(mt, scores, name="hf_sentcl/export", export_dir=export_dir, max_tokens=32, embed_dim=32)
+    api = RecordingApi()
+    assert main([str(export_dir), "--repo-id", "my-org/encoder", "--mteb-results", str(mt)], api=api) == 0
+    assert 'SentenceTransformer("my-org/encoder")' in api.card and 'model_id = "my-org/encoder"' in api.card
+    assert "\n# encoder\n" in api.card and "do not load" not in capsys.readouterr().err
+    assert (export_dir / "README.md").read_text() == local_card
+    folder = mt / "results" / "my-org__encoder" / COMMIT
+    assert sorted(p.parent for p in mt.rglob("model_meta.json")) == [folder]
+    assert len(check_mteb_folder(folder)) == 7
+    assert json.loads((folder / "model_meta.json").read_text())["revision"] == COMMIT
 
 
 def test_recipe_hub_settings_checked_before_training(tmp_path, monkeypatch, repo_root):
@@ -179,9 +198,9 @@ def test_publish_run_exports_then_pushes_only_the_export(tiny_bert_dir, tmp_path
                            hub_private_repo=True, hub_revision=None)
     api = RecordingApi()
     info = publish_run(encoder, {"method": "simcse"}, args, api=api)
-    assert info == {"path": str(tmp_path / "export"), "pushed_to": "https://huggingface.co/me/enc/commit/abc123"}
+    assert info == {"path": str(tmp_path / "export"), "pushed_to": "https://huggingface.co/me/enc/commit/0123456"}
     assert api.calls[0][2]["private"] is True
-    assert api.calls[-1][2]["folder_path"] == str(tmp_path / "export")
+    assert Path(api.calls[-1][2]["folder_path"]).name == "export" and 'model_id = "me/enc"' in api.card
     assert 'model_id = "me/enc"' in (tmp_path / "export" / "README.md").read_text()
 
     failing = RecordingApi(fail={"create_repo": http_error(HfHubHTTPError, 403, "403 Forbidden")})
@@ -191,3 +210,13 @@ def test_publish_run_exports_then_pushes_only_the_export(tiny_bert_dir, tmp_path
     err = capsys.readouterr().err
     assert "python -m hf_sentcl.push" in err and FAKE_TOKEN not in err
     assert json.loads((tmp_path / "export" / "modules.json").read_text())[1]["path"] == "1_Pooling"
+
+
+def test_publish_run_of_a_diverged_model_writes_nothing(tiny_bert_dir, tmp_path, capsys):
+    encoder = SentenceEncoder.from_backbone(str(tiny_bert_dir), pooling="mean").eval()
+    with torch.no_grad():
+        encoder.backbone.embeddings.word_embeddings.weight.fill_(float("nan"))
+    args = SimpleNamespace(output_dir=str(tmp_path), hub_model_id=None, push_to_hub=False)
+    info = publish_run(encoder, {"method": "simcse", "mteb_sts": {"STS12": 70.0}}, args)
+    assert "non-finite weights" in info["export_error"] and "non-finite weights" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # no export, no card, no MTEB files

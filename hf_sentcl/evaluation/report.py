@@ -53,12 +53,33 @@ def transfer_markdown_table(transfer: Mapping[str, Any], note: bool = True) -> s
     return "\n".join(lines)
 
 
+def write_json(path: str | Path, content: Any, **kwargs: Any) -> Path:
+    """Write `content` as indented JSON (parent folders created). NaN and infinity are refused with a ValueError,
+    since they would make the file invalid JSON for every other reader."""
+    path = Path(path)
+    text = json.dumps(content, indent=2, allow_nan=False, **kwargs) + "\n"  # fails before the file is touched
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def read_json(path: str | Path) -> Any:
+    """The content of a JSON file; ValueError naming the file when it is missing or not JSON."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"'{path}' does not exist.")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"'{path}' is not a JSON file: {err}") from None
+
+
 def write_results(output_dir: str | Path, results: dict[str, Any], table: str) -> tuple[Path, Path]:
     """Write `results.json` and `results.md` into `output_dir`; return both paths."""
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     json_path = output_dir / "results.json"
     md_path = output_dir / "results.md"
-    json_path.write_text(json.dumps(results, indent=2) + "\n")
+    write_json(json_path, results)
     md_path.write_text(table + "\n")
     return json_path, md_path

@@ -5,7 +5,8 @@ from __future__ import annotations
 from transformers import AutoConfig, PreTrainedConfig
 from transformers.configuration_utils import SubConfigSpec
 
-POOLING_MODES = ("cls", "cls_before_pooler", "mean", "max", "first_last_avg", "last2_avg")
+from hf_sentcl.modeling.pooling import pooling_mode
+
 HEAD_TYPES = ("none", "mlp")
 
 
@@ -48,8 +49,8 @@ class SentenceEncoderConfig(PreTrainedConfig):
         super().__post_init__(**kwargs)
         for name in ("pooling", "inference_pooling"):
             value = getattr(self, name)
-            if value is not None and value not in POOLING_MODES:
-                raise ValueError(f"Unknown {name} '{value}'. Choose one of: {', '.join(POOLING_MODES)}.")
+            if value is not None:
+                setattr(self, name, pooling_mode(value, name).value)  # a plain string in the saved config
         if self.head not in HEAD_TYPES:
             raise ValueError(f"Unknown head '{self.head}'. Choose one of: {', '.join(HEAD_TYPES)}.")
         num_states = self.backbone_config.num_hidden_layers + 1
@@ -70,7 +71,7 @@ class SentenceEncoderConfig(PreTrainedConfig):
     def needs_all_hidden_states(self, pooling: str) -> bool:
         """Whether `pooling` reads layers other than the last one (costs memory, so only asked for when needed)."""
         last = self.backbone_config.num_hidden_layers
-        return pooling in ("first_last_avg", "last2_avg") or self.pooling_layer not in (-1, last)
+        return pooling_mode(pooling).averaged_state is not None or self.pooling_layer not in (-1, last)
 
 
 AutoConfig.register(SentenceEncoderConfig.model_type, SentenceEncoderConfig)

@@ -17,7 +17,7 @@ from transformers.utils import ModelOutput
 from hf_sentcl.defaults import resolve_model_name
 from hf_sentcl.modeling.config import SentenceEncoderConfig
 from hf_sentcl.modeling.heads import MLPHead
-from hf_sentcl.modeling.pooling import pool
+from hf_sentcl.modeling.pooling import Pooling, pool
 
 MAX_DEFAULT_SEQ_LENGTH = 512
 
@@ -165,7 +165,7 @@ class SentenceEncoder(PreTrainedModel):
 
     # ---------------------------------------------------------------- forward
     def head_active(self, pooling: str) -> bool:
-        return self.head is not None and pooling != "cls_before_pooler" and (
+        return self.head is not None and pooling != Pooling.CLS_BEFORE_POOLER and (
             self.training or self.config.head_at_inference
         )
 

@@ -1,0 +1,148 @@
+"""`ExportPlan`: what an exported encoder computes, derived from a `SentenceEncoderConfig` in eval mode.
+
+It lives beside the model (not in `hf_sentcl.export`) because both the export and the model card read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from torch import nn
+
+from hf_sentcl.modeling.encoder import SentenceEncoder
+from hf_sentcl.modeling.heads import MLPHead
+from hf_sentcl.modeling.pooling import Pooling
+
+
+class ExportError(ValueError):
+    """The encoder (or the export folder) cannot be exported as asked; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class ExportPlan:
+    """What the exported model computes.
+
+    Attributes:
+        pooling: the encoder's eval-mode pooling (`SentenceEncoderConfig.active_pooling(False)`).
+        source_layers: transformer layers of the trained backbone.
+        kept_layers: transformer layers of the exported backbone (fewer when `pooling_layer` is not the last one).
+        head: `none`, `pooler` (the MLP head folded into the backbone's pooler and a Dense module for
+            sentence-transformers) or `dense` (Dense module only).
+        hidden_size: embedding dimension.
+        max_seq_length: truncation length of `encode`, written to `sentence_bert_config.json`.
+    """
+
+    pooling: str
+    source_layers: int
+    kept_layers: int
+    head: str
+    hidden_size: int
+    max_seq_length: int
+
+    @property
+    def mode(self) -> Pooling:
+        return Pooling(self.pooling)
+
+    @property
+    def truncated(self) -> bool:
+        return self.kept_layers != self.source_layers
+
+    @property
+    def token_pooling(self) -> str:
+        """The sentence-transformers `Pooling` mode over token states (cls, mean or max)."""
+        return self.mode.token_pooling
+
+    @property
+    def layer_weights(self) -> list[float] | None:
+        """`WeightedLayerPooling` weights over hidden states 0..L (embeddings first) for the layer averages, else None.
+
+        Weight 1 on the two averaged states and 0 elsewhere gives exactly their mean, as `pool` computes it.
+        """
+        if self.mode.averaged_state is None:
+            return None
+        weights = [0.0] * (self.kept_layers + 1)
+        weights[self.mode.averaged_state] += 1.0
+        weights[-1] += 1.0
+        return weights
+
+    @property
+    def uses_head(self) -> bool:
+        return self.head != "none"
+
+    @property
+    def module_dirs(self) -> dict[str, str]:
+        """Folders of the sentence-transformers modules: {'Transformer': '', 'Pooling': '1_Pooling', ...}."""
+        names = ["Transformer"]
+        if self.layer_weights is not None:
+            names.append("WeightedLayerPooling")
+        names.append("Pooling")
+        if self.uses_head:
+            names.append("Dense")
+        return {name: "" if i == 0 else f"{i}_{name}" for i, name in enumerate(names)}
+
+    def describe(self) -> str:
+        """One sentence saying how a sentence vector is computed (for the model card)."""
+        layer = "the last layer" if not self.truncated else f"hidden state {self.kept_layers}"
+        averaged = {1: "the first and the last transformer layer", -2: "the last two transformer layers"}
+        if self.mode.averaged_state is not None:
+            base = f"the mean over real tokens of the average of {averaged[self.mode.averaged_state]}"
+        else:
+            base = {
+                "cls": f"the first-token ([CLS]/<s>) state of {layer}",
+                "mean": f"the mean of the token states of {layer} over real (non-padding) tokens",
+                "max": f"the element-wise max of the token states of {layer} over real tokens",
+            }[self.token_pooling]
+        if self.head == "pooler":
+            base += ", passed through the trained Linear+tanh head (folded into the model's pooler: `pooler_output`)"
+        elif self.head == "dense":
+            base += ", passed through the trained Linear+tanh head (the `Dense` module)"
+        if self.truncated:
+            base += (
+                f"; the exported backbone keeps {self.kept_layers} of {self.source_layers} layers because only "
+                f"hidden state {self.kept_layers} is used"
+            )
+        return base[0].upper() + base[1:] + "."
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "token_pooling": self.token_pooling, "layer_weights": self.layer_weights}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ExportPlan:
+        """The plan stored by `to_dict` (derived keys are ignored)."""
+        return cls(**{key: data[key] for key in cls.__dataclass_fields__})
+
+
+def has_tanh_pooler(backbone: nn.Module) -> bool:
+    """Whether `backbone.pooler` is BERT's shape: dense (d x d) + tanh on the first token's state."""
+    pooler = getattr(backbone, "pooler", None)
+    dense = getattr(pooler, "dense", None)
+    return (
+        isinstance(dense, nn.Linear)
+        and dense.in_features == dense.out_features
+        and isinstance(getattr(pooler, "activation", None), nn.Tanh)
+    )
+
+
+def plan_export(encoder: SentenceEncoder) -> ExportPlan:
+    """Decide how `encoder` (its eval-mode config) is represented in the export; `ExportError` if it cannot be."""
+    config = encoder.config
+    pooling = Pooling(config.active_pooling(training=False))
+    layers = config.backbone_config.num_hidden_layers
+    head_used = encoder.head is not None and config.head_at_inference and pooling is not Pooling.CLS_BEFORE_POOLER
+    if head_used and not isinstance(encoder.head, MLPHead):
+        raise ExportError(
+            f"The encoder keeps a '{config.head}' head ({type(encoder.head).__name__}) at inference; only the 'mlp' "
+            "head (Linear + tanh) can be exported to sentence-transformers. Set head_at_inference: false or add "
+            "its export to hf_sentcl/export.py."
+        )
+    kept = layers if pooling.averaged_state is not None else config.pooling_layer % (layers + 1)
+    fold = head_used and pooling is Pooling.CLS and has_tanh_pooler(encoder.backbone)
+    return ExportPlan(
+        pooling=pooling.value,
+        source_layers=layers,
+        kept_layers=kept,
+        head="pooler" if fold else "dense" if head_used else "none",
+        hidden_size=config.hidden_size,
+        max_seq_length=encoder.max_seq_length,
+    )

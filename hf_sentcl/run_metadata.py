@@ -1,0 +1,139 @@
+"""What a model card needs to know about a training run beyond its scores, collected at the end of the run.
+
+`run_metadata` returns the `recipe_settings`, `training_data`, `precision` and `versions` entries of a run's
+results.json; `hf_sentcl.model_card` renders them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hf_sentcl.parser import Recipe
+
+# Settings never shown in the card: local paths, Hub plumbing and anything that could hold a secret.
+HIDDEN_SETTINGS = {
+    "output_dir", "logging_dir", "run_name", "sts_data_dir", "overwrite_output_dir", "resume_from_checkpoint",
+    "push_to_hub", "hub_model_id", "hub_private_repo", "hub_revision", "hub_strategy", "hub_always_push",
+}
+VERSIONED_PACKAGES = (
+    "hf-sentcl", "torch", "transformers", "sentence-transformers", "accelerate", "datasets", "huggingface-hub",
+    "peft",
+)
+
+
+def _plain(value: Any) -> Any:
+    """A JSON/YAML-friendly version of a setting value."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+def _default_values(group: Any) -> dict[str, Any]:
+    """The values a dataclass instance would have with no recipe: for TrainingArguments, after its __post_init__."""
+    cls = type(group)
+    if hasattr(group, "output_dir") and hasattr(group, "to_dict"):  # a TrainingArguments subclass
+        try:
+            reference = cls(output_dir=group.output_dir)
+            return {f.name: getattr(reference, f.name) for f in dataclasses.fields(cls) if f.init}
+        except (ValueError, TypeError):
+            pass
+    defaults = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            defaults[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            defaults[f.name] = f.default_factory()
+    return defaults
+
+
+def non_default_settings(recipe: Recipe) -> dict[str, Any]:
+    """Recipe settings that differ from the dataclass defaults (the method name first), for the model card.
+
+    Local paths, Hub settings and token fields are left out; `train_file` is reduced to its file name.
+    """
+    settings: dict[str, Any] = {"method": recipe.method}
+    for group in (recipe.model, recipe.data, recipe.training):
+        defaults = _default_values(group)
+        for f in dataclasses.fields(group):
+            if not f.init or f.name in HIDDEN_SETTINGS or "token" in f.name:
+                continue
+            value = getattr(group, f.name)
+            if f.name in defaults and _plain(defaults[f.name]) == _plain(value):
+                continue
+            settings[f.name] = Path(value).name if f.name == "train_file" and value else _plain(value)
+    return settings
+
+
+def training_data_summary(recipe: Recipe, num_examples: int | None, text_columns: Sequence[str]) -> dict[str, Any]:
+    """Where the training text came from and how much of it was used."""
+    from hf_sentcl.trainers.registry import get_method
+
+    data = recipe.data
+    own_data = get_method(recipe.method).train_data(recipe)  # e.g. the NLI pairs of a ConSERT sup/joint stage
+    if own_data is not None:
+        source, name = own_data.source_key, own_data.source.description
+    elif data.train_file is not None:
+        source, name = "train_file", Path(os.path.expandvars(data.train_file)).name
+    elif data.dataset_name is not None:
+        source, name = "dataset_name", data.dataset_name
+    else:
+        source, name = "unlabeled_sts", data.unlabeled_sts
+    return {
+        "source": source,
+        "name": name,
+        "examples": num_examples,
+        "max_train_samples": data.max_train_samples,
+        "max_seq_length": data.max_seq_length,
+        "columns": list(text_columns),
+    }
+
+
+def precision_summary(recipe: Recipe, weights_dtype: str) -> dict[str, str]:
+    """Numeric precision of training, evaluation and the exported weights."""
+    args = recipe.training
+    training = "bf16 mixed precision (autocast)" if args.bf16 else "fp16 mixed precision" if args.fp16 else "fp32"
+    return {
+        "training": training,
+        "evaluation": "bf16 autocast" if recipe.data.eval_bf16 else "fp32",
+        "weights": weights_dtype.replace("torch.", ""),
+    }
+
+
+def package_version(name: str) -> str | None:
+    """The installed version of a distribution, or None when it is not installed."""
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+def library_versions() -> dict[str, str]:
+    """Installed versions of the libraries that produced the model."""
+    return {name: v for name in VERSIONED_PACKAGES if (v := package_version(name))}
+
+
+def run_metadata(recipe: Recipe, encoder, num_examples: int, num_views: int) -> dict[str, Any]:
+    """What the card needs beyond the scores, collected at the end of a run (stored in results.json)."""
+    from hf_sentcl.trainers.registry import get_method
+
+    spec = get_method(recipe.method)
+    columns = (spec.text_columns + spec.optional_text_columns)[:num_views]
+    return {
+        "recipe_settings": non_default_settings(recipe),
+        "training_data": training_data_summary(recipe, num_examples, columns),
+        "precision": precision_summary(recipe, str(next(encoder.parameters()).dtype)),
+        "versions": library_versions(),
+    }
