@@ -141,7 +141,7 @@ class RecipeArgumentParser(HfArgumentParser):
                     f"{source_of(key)}: key '{key}' expects {action.metavar}, got {value!r} ({type(value).__name__})."
                 )
             elif action.nargs == "+":  # a list, 'a,b', or one scalar (a one-element list)
-                items = value if isinstance(value, list) else str(value).split(",") if isinstance(value, str) else [value]
+                items = value if isinstance(value, list) else value.split(",") if isinstance(value, str) else [value]
                 argv += [f"--{key}", *map(_argv_text, items)]
             else:
                 argv.append(f"--{key}={_argv_text(value)}")
