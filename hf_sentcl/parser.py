@@ -231,7 +231,7 @@ def method_help(method: str, recipe_values: dict[str, Any] | None = None) -> str
     for key, value in (recipe_values or {}).items():
         action = parser.actions.get(key)
         if action is not None:
-            action.help = f"{action.help} [recipe: {str(value).replace('%', '%%')}]"
+            action.help = f"{action.help} (default: %(default)s) [recipe: {str(value).replace('%', '%%')}]"
     return parser.format_help()
 
 def load_yaml(path: str | os.PathLike) -> dict[str, Any]:

@@ -53,7 +53,7 @@ def check_range(
     if value is None:
         return
     left = "(" if low_open else "["
-    right = ")" if high_open else "]"
+    right = ")" if high_open or high is None else "]"
     interval = f"{left}{'-inf' if low is None else low}, {'inf' if high is None else high}{right}"
     inside = math.isfinite(value) and not (
         (low is not None and (value < low or (low_open and value == low)))
