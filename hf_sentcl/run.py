@@ -58,7 +58,6 @@ def validate_recipe(recipe: Recipe) -> None:
             f"on {recipe.training.world_size} process(es); in-batch negatives need a global batch of at least 2."
         )
     check_backbone(recipe)
-    check_train_text(recipe, negatives_batch)
     if recipe.training.global_train_batch_size is not None and "per_device_train_batch_size" in recipe.explicit_keys:
         raise RecipeError(
             f"{recipe.source}: keys 'global_train_batch_size' and 'per_device_train_batch_size' are both set; keep "
@@ -96,6 +95,7 @@ def validate_recipe(recipe: Recipe) -> None:
         check_hub_settings(recipe.training)
     except HubError as err:
         raise RecipeError(f"{recipe.source}: {err}") from None
+    check_train_text(recipe, negatives_batch)  # last: it reads the whole file
 
 
 def check_backbone(recipe: Recipe) -> None:

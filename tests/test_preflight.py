@@ -137,9 +137,9 @@ def test_temperature(refused, value, message):
 
 
 @pytest.mark.parametrize("value, message", [
-    ("1e3", "learning_rate must be a finite number in (0, 1.0], got 1000.0"),
-    ("-1e-3", "learning_rate must be a finite number in (0, 1.0], got -0.001"),
-    ("0", "learning_rate must be a finite number in (0, 1.0]"),
+    ("1e3", "learning_rate must be a finite number in (0, 10.0], got 1000.0"),
+    ("-1e-3", "learning_rate must be a finite number in (0, 10.0], got -0.001"),
+    ("0", "learning_rate must be a finite number in (0, 10.0]"),
     (".nan", "key 'learning_rate' is nan"),
 ])
 def test_learning_rate(refused, value, message):

@@ -17,8 +17,9 @@ from hf_sentcl.modeling.config import HEAD_TYPES, POOLING_MODES
 
 #: the smallest useful truncation length: [CLS], one token, [SEP]
 MIN_SEQ_LENGTH = 3
-#: learning rates above this are refused (AdamW on a pretrained transformer diverges long before; typical: 1e-6-1e-4)
-MAX_LEARNING_RATE = 1.0
+#: learning rates above this are refused: AdamW on a pretrained encoder diverges long before (typical: 1e-6 to
+#: 1e-4), and even plain SGD on a tiny test model stays below it
+MAX_LEARNING_RATE = 10.0
 
 
 @dataclass
