@@ -87,6 +87,7 @@ class RecipeArgumentParser(HfArgumentParser):
             "recipe (key: value) or on the command line (--key value, which wins over the recipe).",
             formatter_class=_HelpFormatter,
             add_help=False,
+            allow_abbrev=False,
             exit_on_error=False,
         )
         self.dataclass_types = [ModelArguments, DataArguments, spec.config_class]
@@ -136,7 +137,7 @@ class RecipeArgumentParser(HfArgumentParser):
                 if value is None and not _accepts(hint, type(None)):
                     raise RecipeError(f"{source_of(key)}: key '{key}' must not be empty (expected {action.metavar}).")
                 converted[group][key] = value
-            elif isinstance(value, (list, dict)) and action.nargs != "+":
+            elif isinstance(value, dict) or (isinstance(value, list) and action.nargs != "+"):
                 raise RecipeError(
                     f"{source_of(key)}: key '{key}' expects {action.metavar}, got {value!r} ({type(value).__name__})."
                 )
@@ -312,8 +313,9 @@ def parse_recipe(recipe_path: str | os.PathLike | None, argv: Sequence[str] = ()
     for group, cls in zip(kwargs, parser.dataclass_types):
         try:
             built[group] = cls(**kwargs[group])
-        except (ValueError, TypeError) as err:
-            raise RecipeError(f"{where}: {err}") from err
+        except (ValueError, TypeError) as err:  # the configs' own checks start with the key they refuse
+            key = next((k for k in values if str(err).startswith((f"{k} ", f"key '{k}'"))), None)
+            raise RecipeError(f"{source_of(key) if key else where}: {err}") from err
     return Recipe(method=str(method), model=built["model"], data=built["data"], training=built["training"],
                   source=where, explicit_keys=frozenset(values))
 

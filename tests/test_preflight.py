@@ -144,8 +144,7 @@ def test_temperature(refused, value, message):
 ])
 def test_learning_rate(refused, value, message):
     err = refused("--learning_rate", value)
-    assert message in err
-    assert "command line" in err or "1e-6 to 1e-4" in err
+    assert f"error: command line: {message}" in err
 
 
 @pytest.mark.parametrize("value", ["0", "1", "2", "-5"])
