@@ -27,7 +27,7 @@ from transformers import HfArgumentParser
 from hf_sentcl.configs import DataArguments, ModelArguments
 from hf_sentcl.trainers.registry import METHODS, get_method
 
-USAGE = "python -m hf_sentcl.run RECIPE.yaml [--key value ...]   (--help after a recipe or --method NAME: its keys)"
+USAGE = "python -m hf_sentcl.run RECIPE.yaml [--key value ...] [--help]"
 RECIPE_ONLY_KEYS = ("method",)
 #: two ways of saying how large the batch is; set on the command line, either replaces the other from the file
 BATCH_SIZE_KEYS = ("global_train_batch_size", "per_device_train_batch_size")
