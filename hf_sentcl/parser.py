@@ -1,26 +1,33 @@
 """Recipe parsing: one flat YAML file, then `--key value` overrides, mapped onto dataclasses.
 
-Every key must belong to one of the dataclasses; values are coerced to the field's type with a message that
-names the key and the file when that is impossible. All of this happens before any model or data is loaded.
+`transformers.HfArgumentParser` turns the dataclasses into options (type, `Literal` choices, default, help) and
+converts the values; this module adds what it lacks: the YAML recipe, "did you mean" for unknown keys, the
+batch-size precedence between the file and the command line, `${VAR}` expansion, and errors that name the key and
+where it came from. All of this happens before any model or data is loaded.
 """
 
 from __future__ import annotations
 
+import argparse
+import copy
 import dataclasses
 import enum
+import math
 import os
 import re
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
+from transformers import HfArgumentParser
 
 from hf_sentcl.configs import DataArguments, ModelArguments
 from hf_sentcl.trainers.registry import METHODS, get_method
 
+USAGE = "python -m hf_sentcl.run RECIPE.yaml [--key value ...] [--help]"
 RECIPE_ONLY_KEYS = ("method",)
 #: two ways of saying how large the batch is; set on the command line, either replaces the other from the file
 BATCH_SIZE_KEYS = ("global_train_batch_size", "per_device_train_batch_size")
@@ -33,7 +40,7 @@ class RecipeError(ValueError):
 class _RecipeLoader(yaml.SafeLoader):
     """YAML with 1.2 booleans: only true/false are booleans, so `eval_strategy: no` stays the string 'no'.
 
-    Boolean fields still accept yes/no/on/off: `coerce` converts those strings.
+    Boolean fields still accept yes/no (and y/n, t/f, 1/0): HfArgumentParser's `string_to_bool` converts them.
     """
 
 
@@ -63,96 +70,170 @@ class Recipe:
     explicit_keys: frozenset[str] = frozenset()
 
 
-def _type_name(hint: Any) -> str:
-    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+class RecipeArgumentParser(HfArgumentParser):
+    """`HfArgumentParser` over one method's dataclasses: it turns every field into an option with the field's type,
+    `Literal`/enum choices, default and help, converts values and refuses bad ones, and prints `--help`.
 
+    Options are grouped by the dataclass that declares them (model, data, then the method's config and the classes
+    it inherits from, `transformers.TrainingArguments` last). Errors raise `RecipeError` instead of exiting.
+    """
 
-def _is_union(hint: Any) -> bool:
-    return typing.get_origin(hint) in (typing.Union, types.UnionType)
+    def __init__(self, method: str):
+        spec = get_method(method)
+        super().__init__(
+            prog="python -m hf_sentcl.run",
+            usage=USAGE,
+            description=f"Method '{method}' ({spec.config_class.__name__}): {spec.summary} Every key below goes in the "
+            "recipe (key: value) or on the command line (--key value, which wins over the recipe).",
+            formatter_class=_HelpFormatter,
+            add_help=False,
+            allow_abbrev=False,
+            exit_on_error=False,
+        )
+        self.dataclass_types = [ModelArguments, DataArguments, spec.config_class]
+        self.hints: dict[str, Any] = {}  # key -> type hint
+        self.groups: dict[str, str] = {}  # key -> "model" / "data" / "training"
+        self.actions: dict[str, argparse.Action] = {}  # key -> its option
+        owners = [ModelArguments, DataArguments] + [c for c in spec.config_class.__mro__ if dataclasses.is_dataclass(c)]
+        for owner in owners:
+            root = owner if owner in (ModelArguments, DataArguments) else spec.config_class
+            hints = typing.get_type_hints(root)
+            own = [f for f in dataclasses.fields(root) if f.init and f.name not in self.hints
+                   and f.name in vars(owner).get("__annotations__", {})]
+            if not own:
+                continue
+            group = self.add_argument_group(owner.__name__, _first_line(owner.__doc__))
+            for f in own:
+                self._add_field(group, f, hints[f.name])
+                self.groups[f.name] = {ModelArguments: "model", DataArguments: "data"}.get(root, "training")
 
+    def _add_field(self, group: argparse._ArgumentGroup, f: dataclasses.Field, hint: Any) -> None:
+        help_text = f.metadata.get("help", "")
+        if "%(" not in help_text:  # argparse formats help with %
+            help_text = help_text.replace("%", "%%")
+        # a copy: HfArgumentParser narrows field.type (Optional[X] -> X) in place
+        f = copy.copy(f)
+        f.metadata = types.MappingProxyType({**f.metadata, "help": help_text})
+        f.type = hint
+        self._parse_dataclass_field(group, f)
+        action = self._option_string_actions[f"--{f.name}"]
+        action.metavar = _type_name(hint, action.choices)
+        self.hints[f.name] = hint
+        self.actions[f.name] = action
+        negation = self._option_string_actions.get(f"--no_{f.name}")
+        if negation is not None:  # recipes say `key: false`; the --no_key twins only clutter the help
+            negation.help = argparse.SUPPRESS
 
-def coerce(value: Any, hint: Any, key: str, where: str) -> Any:
-    """Convert a YAML/CLI value to the type `hint`, or raise `RecipeError` naming `key`."""
-    options = typing.get_args(hint) if _is_union(hint) else (hint,)
-    if value is None:
-        if type(None) in options or hint is Any:
-            return None
-        raise RecipeError(f"{where}: key '{key}' must not be empty (expected {_type_name(hint)}).")
-    for option in options:
-        converted = _try_convert(value, option)
-        if converted is not _FAIL:
-            return converted
-    raise RecipeError(
-        f"{where}: key '{key}' expects {_type_name(hint)}, got {value!r} ({type(value).__name__})."
-    )
+    def error(self, message: str):
+        raise RecipeError(message)
 
-
-_FAIL = object()
-_TRUE = {"true", "yes", "on", "1"}
-_FALSE = {"false", "no", "off", "0"}
-
-
-def _try_convert(value: Any, option: Any) -> Any:
-    origin = typing.get_origin(option) or option
-    if option is Any:
-        return value
-    if option is type(None):
-        return _FAIL
-    if origin is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in _TRUE | _FALSE:
-            return value.lower() in _TRUE
-        return _FAIL
-    if origin is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, str):
-            try:
-                return int(value)
-            except ValueError:
-                return _FAIL
-        return _FAIL
-    if origin is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                return _FAIL
-        return _FAIL
-    if isinstance(origin, type) and issubclass(origin, enum.Enum):
+    def convert(self, values: dict[str, Any], source_of: Callable[[str], str]) -> dict[str, dict[str, Any]]:
+        """Convert recipe values (YAML scalars, lists, mappings) to the fields' types: {group: {key: value}}."""
+        argv: list[str] = []
+        converted: dict[str, dict[str, Any]] = {group: {} for group in ("model", "data", "training")}
+        for key, value in values.items():
+            hint, action, group = self.hints[key], self.actions[key], self.groups[key]
+            if value is None or _passes_through(value, hint, action):
+                if value is None and not _accepts(hint, type(None)):
+                    raise RecipeError(f"{source_of(key)}: key '{key}' must not be empty (expected {action.metavar}).")
+                converted[group][key] = value
+            elif isinstance(value, dict) or (isinstance(value, list) and action.nargs != "+"):
+                raise RecipeError(
+                    f"{source_of(key)}: key '{key}' expects {action.metavar}, got {value!r} ({type(value).__name__})."
+                )
+            elif action.nargs == "+":  # a list, 'a,b', or one scalar (a one-element list)
+                items = value if isinstance(value, list) else value.split(",") if isinstance(value, str) else [value]
+                argv += [f"--{key}", *map(_argv_text, items)]
+            else:
+                argv.append(f"--{key}={_argv_text(value)}")
         try:
-            return origin(value)
-        except ValueError:
-            return _FAIL
-    if origin is str:
-        return value if isinstance(value, str) else _FAIL
-    if origin in (list, Sequence, tuple):
-        if isinstance(value, list):
-            items = value
-        elif isinstance(value, str):
-            items = value.split(",")
-        else:  # one scalar (`--view_layers 6`) is a one-element list
-            items = [value]
-        (inner,) = typing.get_args(option)[:1] or (Any,)
-        converted = [_try_convert(item, inner) for item in items]
-        return _FAIL if any(c is _FAIL for c in converted) else converted
-    if origin is dict:
-        if isinstance(value, dict):
-            return value
-        if isinstance(value, str):
-            loaded = _load_yaml_text(value)
-            return loaded if isinstance(loaded, dict) else _FAIL
-        return _FAIL
-    return value if isinstance(origin, type) and isinstance(value, origin) else _FAIL
+            namespace, rest = self.parse_known_args(argv)
+        except argparse.ArgumentError as err:
+            key = err.argument_name.split("/")[0].removeprefix("--")
+            raise RecipeError(f"{source_of(key)}: {_conversion_message(key, self.actions[key], values[key])}") from None
+        if rest:  # e.g. a list item for a key that takes one value
+            raise RecipeError(f"recipe: cannot read {rest}; write lists as [a, b] or a,b.")
+        for key in values:
+            if key not in converted[self.groups[key]]:
+                converted[self.groups[key]][key] = getattr(namespace, key)
+        return converted
 
 
-def _fields(cls: type) -> dict[str, Any]:
-    hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init}
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """`--key TYPE` (one spelling: the hyphenated aliases work but are not listed), help, then the default."""
 
+    def _format_action_invocation(self, action: argparse.Action) -> str:
+        if not action.option_strings:
+            return super()._format_action_invocation(action)
+        return f"{action.option_strings[0]} {action.metavar}"
+
+
+def _first_line(doc: str | None) -> str | None:
+    return doc.strip().split("\n\n")[0].replace("\n", " ") if doc else None
+
+
+def _options(hint: Any) -> tuple[Any, ...]:
+    return typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+
+
+def _accepts(hint: Any, kind: type) -> bool:
+    """Whether `hint` (or one member of a union) is `kind` or a generic of it (list[int] for list)."""
+    return any(option is Any or (typing.get_origin(option) or option) is kind for option in _options(hint))
+
+
+def _passes_through(value: Any, hint: Any, action: argparse.Action) -> bool:
+    """Mappings, empty lists, and lists for a key that takes one option value cannot travel as command-line text: a
+    key whose type accepts them (e.g. `peft`, `eval_tasks: []`, `report_to: [a, b]`) takes them as they are."""
+    if isinstance(value, dict):
+        return _accepts(hint, dict)
+    return isinstance(value, list) and (not value or action.nargs != "+") and _accepts(hint, list)
+
+
+def _type_name(hint: Any, choices: Sequence[Any] | None = None) -> str:
+    """How `--help` writes a key's type: float, int | None, list[str], {cls,mean,...}."""
+    names = []
+    for option in _options(hint):
+        origin = typing.get_origin(option)
+        if option is type(None):
+            names.append("None")
+        elif choices is not None and (origin is Literal or isinstance(option, type) and issubclass(option, enum.Enum)):
+            names.append("{" + ",".join(map(str, choices)) + "}")
+        elif origin is not None:
+            names.append(str(option).replace("typing.", ""))
+        else:
+            names.append(getattr(option, "__name__", str(option)))
+    if choices is not None and names.count("str") and any(n.startswith("{") for n in names):
+        names.remove("str")  # `IntervalStrategy | str`: the parser takes the strategy's names only
+    return " | ".join(dict.fromkeys(names))
+
+
+def _argv_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def _conversion_message(key: str, action: argparse.Action, value: Any) -> str:
+    if action.choices is not None:
+        import difflib
+
+        close = difflib.get_close_matches(str(value), [str(c) for c in action.choices], n=1)
+        return (
+            f"key '{key}' must be one of {', '.join(map(str, action.choices))}; got {value!r}"
+            + (f" (did you mean '{close[0]}'?)." if close else ".")
+        )
+    return f"key '{key}' expects {action.metavar}, got {value!r} ({type(value).__name__})."
+
+
+def method_help(method: str, recipe_values: dict[str, Any] | None = None) -> str:
+    """The `--help` text of `method`: every key with its type, default and help; keys the recipe sets show the
+    recipe's value too."""
+    parser = RecipeArgumentParser(method)
+    for key, value in (recipe_values or {}).items():
+        action = parser.actions.get(key)
+        if action is not None:
+            action.help = f"{action.help} (default: %(default)s) [recipe: {str(value).replace('%', '%%')}]"
+    return parser.format_help()
 
 def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
     """Read a recipe file into a flat dict, with errors that name the file."""
@@ -194,46 +275,62 @@ def parse_cli_overrides(argv: Sequence[str]) -> dict[str, Any]:
 
 def parse_recipe(recipe_path: str | os.PathLike | None, argv: Sequence[str] = (), **extra: Any) -> Recipe:
     """Parse a recipe file plus command-line overrides (plus keyword overrides from Python) into a `Recipe`."""
-    values: dict[str, Any] = dict(load_yaml(recipe_path)) if recipe_path is not None else {}
-    where = str(recipe_path) if recipe_path is not None else "recipe"
-    cli = parse_cli_overrides(list(argv))
-    for layer in (cli, extra):
-        for key, other in (BATCH_SIZE_KEYS, BATCH_SIZE_KEYS[::-1]):
-            if key in layer and other not in layer:  # a later layer's batch size replaces the other kind's
-                values.pop(other, None)
-        values.update(layer)
-
+    values, cli, where = merged_values(recipe_path, argv, extra)
     method = values.pop("method", None)
     if method is None:
         raise RecipeError(f"{where}: key 'method' is missing. Choose one of: {', '.join(sorted(METHODS))}.")
     try:
-        spec = get_method(str(method))
+        parser = RecipeArgumentParser(str(method))
     except KeyError as err:
         raise RecipeError(f"{where}: {err.args[0]}") from err
 
-    groups = {"model": ModelArguments, "data": DataArguments, "training": spec.config_class}
-    known = {name: (group, hint) for group, cls in groups.items() for name, hint in _fields(cls).items()}
-    unknown = [k for k in values if k not in known]
+    unknown = [k for k in values if k not in parser.hints]
     if unknown:
         import difflib
 
-        hints = [difflib.get_close_matches(k, known, n=1) for k in unknown]
+        hints = [difflib.get_close_matches(k, parser.hints, n=1) for k in unknown]
         detail = "; ".join(f"'{k}'" + (f" (did you mean '{h[0]}'?)" if h else "") for k, h in zip(unknown, hints))
         raise RecipeError(f"{where}: unknown key(s) {detail} for method '{method}'.")
 
-    kwargs: dict[str, dict[str, Any]] = {group: {} for group in groups}
+    def source_of(key: str) -> str:
+        return "command line" if key in cli else where
+
     for key, value in values.items():
-        group, hint = known[key]
-        source = "command line" if key in cli else where
         if isinstance(value, str):
-            value = os.path.expandvars(value)
-        kwargs[group][key] = coerce(value, hint, key, source)
+            values[key] = os.path.expandvars(value)
+    kwargs = parser.convert(values, source_of)
+    for group in kwargs.values():
+        for key, value in group.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                raise RecipeError(f"{source_of(key)}: key '{key}' is {value}; give a finite number.")
+    if "output_dir" in values and not values["output_dir"]:  # TrainingArguments would use ./trainer_output
+        raise RecipeError(
+            f"{source_of('output_dir')}: key 'output_dir' is empty; give the folder for checkpoints, results and the "
+            "encoder."
+        )
 
     built = {}
-    for group, cls in groups.items():
+    for group, cls in zip(kwargs, parser.dataclass_types):
         try:
             built[group] = cls(**kwargs[group])
-        except (ValueError, TypeError) as err:
-            raise RecipeError(f"{where}: {err}") from err
+        except (ValueError, TypeError) as err:  # the configs' own checks start with the key they refuse
+            key = next((k for k in values if str(err).startswith((f"{k} ", f"key '{k}'"))), None)
+            raise RecipeError(f"{source_of(key) if key else where}: {err}") from err
     return Recipe(method=str(method), model=built["model"], data=built["data"], training=built["training"],
                   source=where, explicit_keys=frozenset(values))
+
+
+def merged_values(
+    recipe_path: str | os.PathLike | None, argv: Sequence[str] = (), extra: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """The recipe file's values with the command line's and `extra`'s on top (a batch size set by a later layer
+    replaces the other kind of batch size); returns (values, command-line values, where the recipe came from)."""
+    values: dict[str, Any] = dict(load_yaml(recipe_path)) if recipe_path is not None else {}
+    where = str(recipe_path) if recipe_path is not None else "recipe"
+    cli = parse_cli_overrides(list(argv))
+    for layer in (cli, extra or {}):
+        for key, other in (BATCH_SIZE_KEYS, BATCH_SIZE_KEYS[::-1]):
+            if key in layer and other not in layer:  # a later layer's batch size replaces the other kind's
+                values.pop(other, None)
+        values.update(layer)
+    return values, cli, where

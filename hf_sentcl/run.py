@@ -21,6 +21,7 @@ from transformers import AutoConfig, set_seed
 from transformers.integrations import is_deepspeed_zero3_enabled
 
 from hf_sentcl.data import ViewCollator, add_length_column, load_training_dataset, tokenize_views
+from hf_sentcl.data.checks import count_train_examples
 from hf_sentcl.data.corpus import check_train_file, text_sources
 from hf_sentcl.defaults import resolve_data_dir, resolve_model_name
 from hf_sentcl.evaluate import EvaluationSuites, SuiteResults, check_suites, markdown_report, run_results
@@ -32,14 +33,16 @@ from hf_sentcl.evaluation.sts import STSEvaluator
 from hf_sentcl.hub import HubError, check_hub_settings
 from hf_sentcl.modeling import SentenceEncoder
 from hf_sentcl.modeling.peft import ADAPTER_DIRNAME, merge_adapters, parameter_counts, save_adapter
-from hf_sentcl.parser import Recipe, RecipeError, parse_recipe
+from hf_sentcl.parser import USAGE as RECIPE_USAGE
+from hf_sentcl.parser import Recipe, RecipeError, merged_values, method_help, parse_recipe
+from hf_sentcl.preflight import BackboneError, backbone_config, max_sequence_length
 from hf_sentcl.push import publish_run
 from hf_sentcl.run_metadata import run_metadata
-from hf_sentcl.trainers.registry import get_method
+from hf_sentcl.trainers.registry import METHODS, get_method
 
 logger = logging.getLogger("hf_sentcl")
 
-USAGE = "usage: python -m hf_sentcl.run RECIPE.yaml [--key value ...]"
+USAGE = f"usage: {RECIPE_USAGE}"
 #: transformers' samplers that batch examples by length (they need a length column)
 LENGTH_SAMPLERS = ("group_by_length", "batch_rebalance")
 
@@ -49,13 +52,13 @@ def validate_recipe(recipe: Recipe) -> None:
     # TrainingArguments would quietly fall back to ./trainer_output; a run's results belong somewhere named.
     if "output_dir" not in recipe.explicit_keys or not recipe.training.output_dir:
         raise RecipeError(f"{recipe.source}: key 'output_dir' is missing (where results and the encoder go).")
-    check_train_file(recipe.data.train_file)
     negatives_batch = recipe.training.per_device_train_batch_size * max(recipe.training.world_size, 1)
     if negatives_batch < 2:
         raise RecipeError(
             f"{recipe.source}: key 'per_device_train_batch_size' is {recipe.training.per_device_train_batch_size} "
             f"on {recipe.training.world_size} process(es); in-batch negatives need a global batch of at least 2."
         )
+    check_backbone(recipe)
     if recipe.training.global_train_batch_size is not None and "per_device_train_batch_size" in recipe.explicit_keys:
         raise RecipeError(
             f"{recipe.source}: keys 'global_train_batch_size' and 'per_device_train_batch_size' are both set; keep "
@@ -89,13 +92,49 @@ def validate_recipe(recipe: Recipe) -> None:
     data_dir = resolve_data_dir(recipe.data.sts_data_dir)
     if "transfer" in recipe.data.eval_tasks:
         check_transfer_files(data_dir)
-    path = recipe.model.model_name_or_path
-    if path.startswith((".", "/", "~")) and not Path(path).expanduser().exists():
-        raise RecipeError(f"{recipe.source}: model_name_or_path '{path}' does not exist.")
     try:
         check_hub_settings(recipe.training)
     except HubError as err:
         raise RecipeError(f"{recipe.source}: {err}") from None
+    check_train_text(recipe, negatives_batch)  # last: it reads the whole file
+
+
+def check_backbone(recipe: Recipe) -> None:
+    """The backbone exists (local folder with config.json and weights, or a Hub id), read from its config.json
+    only; max_seq_length fits its position embeddings; a tokenizer_name that is a path exists."""
+    try:
+        config = backbone_config(recipe.model.model_name_or_path)
+    except BackboneError as err:
+        raise RecipeError(f"{recipe.source}: {err}") from None
+    limit = max_sequence_length(config)
+    if limit is not None and recipe.data.max_seq_length > limit:
+        raise RecipeError(
+            f"{recipe.source}: key 'max_seq_length' is {recipe.data.max_seq_length}, but "
+            f"'{recipe.model.model_name_or_path}' has position embeddings for {limit} tokens; use {limit} or fewer."
+        )
+    tokenizer = recipe.model.tokenizer_name
+    if tokenizer and tokenizer.startswith((".", "/", "~")) and not Path(tokenizer).expanduser().is_dir():
+        raise RecipeError(f"{recipe.source}: key 'tokenizer_name': no folder '{Path(tokenizer).expanduser()}'.")
+
+
+def check_train_text(recipe: Recipe, global_batch: int) -> None:
+    """A local train_file exists, is UTF-8 with usable examples, and fills at least one global batch (a smaller
+    one trains on fewer in-batch negatives than the recipe says, and one example on none at all: loss 0)."""
+    try:
+        path = check_train_file(recipe.data.train_file)
+    except ValueError as err:
+        raise RecipeError(f"{recipe.source}: {err}") from None
+    if path is None:
+        return
+    examples = count_train_examples(path)
+    kept = min(examples, recipe.data.max_train_samples or examples)
+    if kept < global_batch:
+        limit = f", max_train_samples keeps {kept}" if kept < examples else ""
+        raise RecipeError(
+            f"{recipe.source}: train_file '{path}' has {examples} usable example(s){limit}: fewer than one global "
+            f"batch of {global_batch} (per_device_train_batch_size {recipe.training.per_device_train_batch_size} x "
+            f"{max(recipe.training.world_size, 1)} process(es)). Add training text or lower the batch size."
+        )
 
 
 def dropout_overrides(name_or_path: str, probability: float) -> dict[str, float]:
@@ -254,9 +293,11 @@ def _best_step(trainer) -> int | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE)
-        return 0 if argv else 2
+    if not argv:
+        print(f"{USAGE}\n\n{method_list()}")
+        return 2
+    if "-h" in argv or "--help" in argv:
+        return print_help([a for a in argv if a not in ("-h", "--help")])
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     datasets.utils.logging.set_verbosity_warning()
     transformers.utils.logging.set_verbosity_warning()
@@ -268,6 +309,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     results = run(recipe)
     return 1 if {"push_error", "export_error"} & set(results.get("export", {})) else 0
+
+
+def method_list() -> str:
+    return "Methods (key 'method'; `--method NAME --help` lists its keys):\n" + "\n".join(
+        f"  {name:12} {spec.summary}" for name, spec in METHODS.items()
+    )
+
+
+def print_help(argv: list[str]) -> int:
+    """`RECIPE --help` or `--method NAME --help`: every key of the method with type, default and help (keys the
+    recipe sets also show its value); without a method, the usage and the methods."""
+    recipe = argv[0] if argv and not argv[0].startswith("--") else None
+    try:
+        values, _, _ = merged_values(recipe, argv[1:] if recipe else argv)
+        if "method" not in values:
+            print(f"{USAGE}\n\n{method_list()}")
+            return 0
+        method = str(values.pop("method"))
+        print(method_help(method, values))
+    except (RecipeError, KeyError) as err:
+        print(f"error: {err.args[0]}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":

@@ -140,7 +140,7 @@ def test_batch_keys_on_the_command_line_replace_the_file(tmp_path, tiny_bert_dir
     """Either batch key on the command line replaces the other from the recipe file; both in one layer is an error
     from validate_recipe (before any model is loaded)."""
     corpus = tmp_path / "train.txt"
-    corpus.write_text("a cat\na dog\n")
+    corpus.write_text("".join(f"sentence {i}\n" for i in range(48)))  # one global batch of 48
     common = (f"method: simcse\nmodel_name_or_path: {tiny_bert_dir}\ntrain_file: {corpus}\n"
               f"sts_data_dir: {senteval_dir}\noutput_dir: {tmp_path}\n")
     per_device = tmp_path / "per_device.yaml"

@@ -281,7 +281,8 @@ def test_recipe_validation_refuses_it_before_loading(tmp_path, tiny_bert_dir, se
     corpus = tmp_path / "train.txt"
     corpus.write_text("\n".join(random_sentences(8)) + "\n")
     recipe = parse_recipe(None, method="simcse", model_name_or_path=str(tiny_bert_dir), train_file=str(corpus),
-                          sts_data_dir=str(senteval_dir), output_dir=str(tmp_path), mini_batch_size=4)
+                          sts_data_dir=str(senteval_dir), output_dir=str(tmp_path), mini_batch_size=4,
+                          per_device_train_batch_size=8)
     validate_recipe(recipe)
     spec = METHODS["simcse"]
     monkeypatch.setattr(type(spec), "trainer_class", property(lambda self: OwnLoss))

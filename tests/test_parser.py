@@ -235,3 +235,123 @@ def test_list_key_accepts_one_value_a_comma_list_or_yaml_list(tmp_path, argv, ex
 def test_list_key_rejects_wrong_item_type(tmp_path):
     with pytest.raises(RecipeError, match="'view_layers'"):
         parse_recipe(write(tmp_path, "method: self_guided\n"), ["--view_layers", "top"])
+
+
+# ------------------------------------------------------------------------------------------ HfArgumentParser
+@pytest.mark.parametrize("method, key, value, choices", [
+    ("simcse", "pooling", "meen", "cls, cls_before_pooler, mean, max, first_last_avg, last2_avg"),
+    ("simcse", "sts_mode", "avg", "all, mean, wmean"),
+    ("simcse", "unlabeled_sts", "sts", "stsb, all"),
+    ("simcse", "margin_type", "adaptive", "constant, dynamic"),
+    ("simcse", "eval_strategy", "sometimes", "no, steps, epoch"),
+    ("self_guided", "objective", "sgopt", "sg, opt1, opt2, sg-opt"),
+    ("self_guided", "view_pooling", "min", "max, mean"),
+    ("consert", "supervised_mode", "semi", "unsup, sup, joint, sup-unsup, joint-unsup"),
+    ("consert", "augmentation1", "cutout", "none, shuffle, token_cutoff, feature_cutoff, dropout"),
+    ("clear", "augment_level", "char", "word, token"),
+])
+def test_literal_choices_refused_by_the_parser(tmp_path, method, key, value, choices):
+    """A value outside a key's Literal (or enum) choices is refused by the parser, naming the key, the choices and
+    where the value came from."""
+    with pytest.raises(RecipeError) as err:
+        parse_recipe(write(tmp_path, f"method: {method}\n{key}: {value}\n"))
+    assert f"{tmp_path / 'recipe.yaml'}: key '{key}' must be one of {choices}; got '{value}'" in str(err.value)
+    with pytest.raises(RecipeError, match=f"command line: key '{key}' must be one of"):
+        parse_recipe(write(tmp_path, f"method: {method}\n"), [f"--{key}", value])
+
+
+def test_choices_come_from_the_literal_types():
+    """The parser is transformers' HfArgumentParser, and its choices are the Literal types' (one definition)."""
+    from transformers import HfArgumentParser
+
+    from hf_sentcl.configs.validation import literal_choices
+    from hf_sentcl.modeling.config import POOLING_MODES
+    from hf_sentcl.parser import RecipeArgumentParser
+
+    parser = RecipeArgumentParser("self_guided")
+    assert isinstance(parser, HfArgumentParser)
+    assert tuple(parser.actions["pooling"].choices) == POOLING_MODES
+    assert tuple(parser.actions["objective"].choices) == literal_choices(METHODS["self_guided"].config_class)[
+        "objective"]
+
+
+def test_configs_built_in_python_check_their_choices(tmp_path):
+    """The same Literal choices hold for a config built without the parser."""
+    with pytest.raises(ValueError, match="pooling must be one of .*got 'meen'"):
+        ModelArguments(pooling="meen")
+    with pytest.raises(ValueError, match="sts_mode must be one of"):
+        DataArguments(sts_mode="average")
+    with pytest.raises(ValueError, match="margin_type must be one of"):
+        SimCSEConfig(output_dir=str(tmp_path), use_cpu=True, margin_type="adaptive")
+
+
+def test_non_finite_value_names_key_and_source(tmp_path):
+    """`.nan`/`.inf` in YAML, `nan` on the command line: refused for any float key, naming where it came from."""
+    with pytest.raises(RecipeError, match="command line: key 'weight_decay' is nan; give a finite number"):
+        parse_recipe(write(tmp_path, "method: simcse\n"), ["--weight_decay", "nan"])
+    with pytest.raises(RecipeError, match=r"recipe.yaml: key 'hard_negative_weight' is inf"):
+        parse_recipe(write(tmp_path, "method: simcse_sup\nhard_negative_weight: .inf\n"))
+
+
+def test_boolean_words(tmp_path):
+    """HfArgumentParser's string_to_bool: yes/no, y/n, t/f, 1/0 besides true/false."""
+    recipe = parse_recipe(write(tmp_path, "method: simcse\nbf16: yes\nhead_at_inference: 'no'\n"), ["--eval_bf16", "1"])
+    assert recipe.training.bf16 is True and recipe.model.head_at_inference is False and recipe.data.eval_bf16 is True
+
+
+def test_mapping_and_empty_list_keys(tmp_path):
+    """Values argparse cannot carry as text pass through to keys whose type takes them."""
+    recipe = parse_recipe(write(tmp_path, "method: simcse\npeft: {r: 4}\neval_tasks: []\n"))
+    assert recipe.model.peft["r"] == 4 and recipe.data.eval_tasks == []
+
+
+# ------------------------------------------------------------------------------------------ --help
+def help_text(argv, capsys) -> tuple[int, str]:
+    from hf_sentcl.run import main
+
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+def test_recipe_help_lists_every_key_with_type_default_and_help(repo_root, capsys):
+    """`RECIPE --help`: every key of the method's dataclasses, with its type, default and help; the recipe's own
+    values are shown too."""
+    import dataclasses
+    import re
+
+    code, text = help_text([str(repo_root / "recipes" / "quickstart.yaml"), "--help"], capsys)
+    assert code == 0
+    text = re.sub(r"\s+", " ", text)  # argparse wraps the help column
+    for cls in (ModelArguments, DataArguments, SimCSEConfig):
+        for f in dataclasses.fields(cls):
+            if f.init:
+                assert f"--{f.name} " in text, f.name
+    from hf_sentcl.configs.contrastive import TEMPERATURE_HELP
+
+    assert f"--temperature float {TEMPERATURE_HELP} (default: 0.05) [recipe: 0.05]" in text
+    assert "--pooling {cls,cls_before_pooler,mean,max,first_last_avg,last2_avg} Pooling of the token states" in text
+    assert "--tokenizer_name str | None" in text and "--eval_tasks list[str]" in text
+    assert "(default: 3e-05) [recipe: 3e-05]" in text  # learning_rate
+    assert "--save_strategy {no,steps,epoch,best}" in text
+    assert "--no_bf16" not in text  # HfArgumentParser's --no_ twins are hidden: recipes write `key: false`
+
+
+def test_method_help_without_recipe(capsys):
+    code, text = help_text(["--method", "self_guided", "--help"], capsys)
+    assert code == 0
+    assert "Method 'self_guided' (SelfGuidedConfig)" in text
+    assert "--objective {sg,opt1,opt2,sg-opt}" in text and "--view_layers list[int] | None" in text
+    assert "--hard_negative_weight" not in text  # simcse_sup's key
+
+
+def test_help_without_method_lists_methods(capsys):
+    code, text = help_text(["--help"], capsys)
+    assert code == 0 and "usage:" in text
+    for name in METHODS:
+        assert name in text
+
+
+def test_help_for_unknown_method_is_an_error(capsys):
+    code, text = help_text(["--method", "simcsf", "--help"], capsys)
+    assert code == 2 and "unknown method 'simcsf'" in text and "Traceback" not in text

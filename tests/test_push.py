@@ -169,7 +169,7 @@ def test_push_renders_the_card_for_its_repo_and_files_mteb_results(export_dir, t
 def test_recipe_hub_settings_checked_before_training(tmp_path, monkeypatch, repo_root):
     monkeypatch.setenv("HF_SENTCL_DATA", str(tmp_path))
     train = tmp_path / "train.txt"
-    train.write_text("a sentence\n")
+    train.write_text("".join(f"sentence {i}\n" for i in range(64)))  # one global batch of the quickstart
 
     def recipe(*argv):
         return parse_recipe(repo_root / "recipes" / "quickstart.yaml",

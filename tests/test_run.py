@@ -126,7 +126,8 @@ def test_exactly_one_training_source(tmp_path, base_values):
         validate_recipe(parse_recipe(write_recipe(tmp_path, **without_source)))
     with pytest.raises(RecipeError, match="unlabeled_sts"):
         validate_recipe(parse_recipe(write_recipe(tmp_path, **base_values, unlabeled_sts="stsb")))
-    validate_recipe(parse_recipe(write_recipe(tmp_path, **base_values)))  # the valid recipe passes
+    # the valid recipe passes (with a batch its 24 sentences fill)
+    validate_recipe(parse_recipe(write_recipe(tmp_path, **base_values, per_device_train_batch_size=8)))
 
 
 def test_unknown_eval_task(tmp_path, base_values):

@@ -5,10 +5,22 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass, field
+from typing import Literal
 
 from transformers import TrainingArguments
+from transformers.trainer_utils import IntervalStrategy, SaveStrategy
 
+from hf_sentcl.configs.validation import check_choices, check_range
 from hf_sentcl.defaults import EMBEDDED_MODEL_ALIAS
+from hf_sentcl.evaluation.sts import STS_MODES
+from hf_sentcl.modeling.config import HEAD_TYPES
+from hf_sentcl.modeling.pooling import POOLING_MODES
+
+#: the smallest useful truncation length: [CLS], one token, [SEP]
+MIN_SEQ_LENGTH = 3
+#: learning rates above this are refused: AdamW on a pretrained encoder diverges long before (typical: 1e-6 to
+#: 1e-4), and even plain SGD on a tiny test model stays below it
+MAX_LEARNING_RATE = 10.0
 
 
 @dataclass
@@ -22,44 +34,43 @@ class ModelArguments:
     tokenizer_name: str | None = field(
         default=None, metadata={"help": "Tokenizer path or Hub id if it differs from model_name_or_path."}
     )
-    pooling: str = field(
-        default="cls",
-        metadata={"help": "Training-time pooling: cls, cls_before_pooler, mean, max, first_last_avg, last2_avg."},
+    pooling: Literal[POOLING_MODES] = field(
+        default="cls", metadata={"help": "Pooling of the token states while training."}
     )
     pooling_layer: int = field(
         default=-1, metadata={"help": "Hidden-state index pooled by cls/mean/max (0 = embeddings, -1 = last)."}
     )
-    head: str = field(default="mlp", metadata={"help": "Projection head on the pooled vector: 'mlp' or 'none'."})
+    head: Literal[HEAD_TYPES] = field(default="mlp", metadata={"help": "Projection head on the pooled vector."})
     head_at_inference: bool = field(
         default=False, metadata={"help": "Keep the head at evaluation and in the saved encoder (SimCSE: False)."}
     )
-    inference_pooling: str | None = field(
+    inference_pooling: Literal[POOLING_MODES] | None = field(
         default=None,
         metadata={"help": "Pooling used for evaluation and saving, if it differs from training (e.g. last2_avg)."},
     )
     attn_implementation: str | None = field(
         default=None, metadata={"help": "Attention kernel passed to from_pretrained (eager, sdpa, ...)."}
     )
+    # 0 makes a run deterministic, e.g. to compare 1 and N processes (SimCSE then has no positive-pair noise).
     dropout: float | None = field(
         default=None,
         metadata={
-            "help": "Set every dropout probability in the backbone's config (hidden_dropout_prob, "
-            "attention_probs_dropout_prob, ...) to this value; unset keeps the checkpoint's. 0 makes a run "
-            "deterministic, e.g. to compare 1 and N processes (SimCSE then has no positive-pair noise)."
+            "help": "Set every dropout probability of the backbone's config (hidden_dropout_prob, ...) to this "
+            "value, in [0, 1). Unset keeps the checkpoint's."
         },
     )
     peft: dict | None = field(
         default=None,
+        # target_modules defaults to peft's choice for the architecture (query/value for BERT and RoBERTa)
         metadata={
             "help": "Train LoRA adapters instead of the whole backbone: a mapping of peft.LoraConfig keys (r, "
-            "lora_alpha, lora_dropout, target_modules, ...). target_modules defaults to peft's choice for the "
-            "architecture (query/value for BERT and RoBERTa). The saved encoder has the adapters merged."
+            "lora_alpha, lora_dropout, target_modules, ...). The saved encoder has the adapters merged."
         },
     )
 
     def __post_init__(self):
-        if self.dropout is not None and not 0 <= self.dropout < 1:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}.")
+        check_choices(self)
+        check_range("dropout", self.dropout, 0, 1, high_open=True)
         if self.peft is not None:
             from hf_sentcl.modeling.peft import check_lora_settings
 
@@ -80,7 +91,7 @@ class DataArguments:
     dataset_name: str | None = field(
         default=None, metadata={"help": "A `datasets` id to train on instead of train_file."}
     )
-    unlabeled_sts: str | None = field(
+    unlabeled_sts: Literal["stsb", "all"] | None = field(
         default=None,
         metadata={
             "help": "Train on the unlabeled sentences of STS sets from the data directory instead of a file: "
@@ -95,17 +106,19 @@ class DataArguments:
     max_train_samples: int | None = field(
         default=None, metadata={"help": "Keep only the first N training examples (quick runs, benchmarks)."}
     )
-    max_seq_length: int = field(default=32, metadata={"help": "Truncation length of training sentences."})
+    max_seq_length: int = field(
+        default=32, metadata={"help": "Truncation length of training sentences in tokens (3 to the model's limit)."}
+    )
     preprocessing_num_workers: int | None = field(
         default=None, metadata={"help": "Processes used to tokenise the training data."}
     )
+    # A few fixed lengths (e.g. 8 with max_seq_length 32) bound the recompilations of torch_compile. Padding is
+    # masked out, but dropout then draws its masks for a larger tensor, so a run is not bit-identical to one without.
     pad_to_multiple_of: int | None = field(
         default=None,
         metadata={
-            "help": "Round every training batch's padded length up to a multiple of this (plain-text views). Unset: "
-            "pad to the batch's longest sentence. A few fixed lengths (e.g. 8 with max_seq_length 32) bound the "
-            "recompilations of torch_compile. Padding is masked out, but dropout then draws its masks for a larger "
-            "tensor, so a run is not bit-identical to one without it (statistically the same)."
+            "help": "Round every training batch's padded length up to a multiple of this (plain-text views). "
+            "Unset: pad to the batch's longest sentence."
         },
     )
     sts_data_dir: str | None = field(
@@ -115,12 +128,11 @@ class DataArguments:
     eval_tasks: list[str] = field(
         default_factory=lambda: ["sts"],
         metadata={
-            "help": "Final evaluation suites, run before (with eval_before_training) and after training: 'sts' (7 STS "
-            "tasks, Spearman) and 'transfer' (MR, CR, SUBJ, MPQA, SST-2, TREC, MRPC logistic-regression probes, "
-            "SentEval protocol; minutes on a CPU)."
+            "help": "Final evaluation suites, before (with eval_before_training) and after training: 'sts' (7 STS "
+            "tasks) and/or 'transfer' (7 SentEval probes; minutes on a CPU)."
         },
     )
-    sts_mode: str = field(default="all", metadata={"help": "STS12-16 averaging: all, mean or wmean."})
+    sts_mode: Literal[STS_MODES] = field(default="all", metadata={"help": "How STS12-16 subsets are averaged."})
     eval_before_training: bool = field(
         default=True, metadata={"help": "Also evaluate the untouched encoder, for the before/after table."}
     )
@@ -129,8 +141,16 @@ class DataArguments:
     )
 
     def __post_init__(self):
+        check_choices(self)
         if self.pad_to_multiple_of is not None and self.pad_to_multiple_of < 1:
             raise ValueError(f"pad_to_multiple_of must be a positive number of tokens, got {self.pad_to_multiple_of}.")
+        if self.max_seq_length < MIN_SEQ_LENGTH:  # the upper limit needs the model's config: run.validate_recipe
+            raise ValueError(
+                f"max_seq_length must be at least {MIN_SEQ_LENGTH} tokens ([CLS], a word, [SEP]), got "
+                f"{self.max_seq_length}."
+            )
+        if self.max_train_samples is not None and self.max_train_samples < 1:
+            raise ValueError(f"max_train_samples must be a positive number of examples, got {self.max_train_samples}.")
 
 
 @dataclass
@@ -145,11 +165,17 @@ class SentCLTrainingArguments(TrainingArguments):
         default=64, metadata={"help": "Sentences per process per step; the global batch sets the negatives."}
     )
     per_device_eval_batch_size: int = field(default=128, metadata={"help": "Sentences per encoding batch."})
-    learning_rate: float = field(default=3e-5, metadata={"help": "Peak learning rate of AdamW."})
+    learning_rate: float = field(
+        default=3e-5, metadata={"help": f"Peak learning rate of AdamW, in (0, {MAX_LEARNING_RATE:g}]."}
+    )
     num_train_epochs: float = field(default=1.0, metadata={"help": "Passes over the training data."})
-    eval_strategy: str = field(default="steps", metadata={"help": "When to run STS-B dev evaluation."})
+    eval_strategy: IntervalStrategy | str = field(
+        default="steps", metadata={"help": "When to run STS-B dev evaluation."}
+    )
     eval_steps: float | None = field(default=125, metadata={"help": "Steps between STS-B dev evaluations."})
-    save_strategy: str = field(default="steps", metadata={"help": "When to save checkpoints (follows eval)."})
+    save_strategy: SaveStrategy | str = field(
+        default="steps", metadata={"help": "When to save checkpoints (follows eval)."}
+    )
     save_steps: float = field(default=125, metadata={"help": "Steps between checkpoints (keep = eval_steps)."})
     save_total_limit: int | None = field(default=1, metadata={"help": "Checkpoints kept besides the best one."})
     load_best_model_at_end: bool = field(default=True, metadata={"help": "Reload the best dev checkpoint at the end."})
@@ -158,12 +184,10 @@ class SentCLTrainingArguments(TrainingArguments):
     )
     greater_is_better: bool | None = field(default=True, metadata={"help": "Whether a higher metric is better."})
     logging_steps: float = field(default=10, metadata={"help": "Steps between loss logs."})
+    # The filter reads every step's loss on the host (a device sync per step on GPU).
     logging_nan_inf_filter: bool = field(
         default=False,
-        metadata={
-            "help": "Trainer's filter that logs a NaN/inf step's loss as the running mean. It reads every step's loss "
-            "on the host (a device sync per step on GPU), so it is off: a NaN loss shows in the log as NaN."
-        },
+        metadata={"help": "Log a NaN/inf step's loss as the running mean (off: a NaN loss shows in the log as NaN)."},
     )
     remove_unused_columns: bool = field(
         default=False, metadata={"help": "Keep False: the collator needs the tokenised views."}
@@ -173,45 +197,44 @@ class SentCLTrainingArguments(TrainingArguments):
         default=True, metadata={"help": "Checkpoints hold the weights only (no optimizer state)."}
     )
     push_to_hub: bool = field(default=False, metadata={"help": "Upload the exported encoder at the end."})
+    # Off: every trained weight gets a gradient each step (the trainer freezes the backbone's unused pooler), and
+    # methods apply heads and regularizers outside the encoder's forward, which the search would reject
+    # ('marked ready twice').
     ddp_find_unused_parameters: bool | None = field(
-        default=False,
-        metadata={
-            "help": "DDP's search for parameters unused by the forward. Off: every trained weight gets a gradient "
-            "each step (the trainer freezes the backbone's unused pooler), and methods apply heads and "
-            "regularizers outside the encoder's forward, which the search would reject ('marked ready twice')."
-        },
+        default=False, metadata={"help": "DDP's search for parameters unused by the forward (keep off)."}
     )
     global_train_batch_size: int | None = field(
         default=None,
         metadata={
-            "help": "Sentences per step over all processes, i.e. the in-batch negatives: per_device_train_batch_size "
-            "becomes this / the number of processes, so the negatives stay the same on 1 or N processes. Must be "
-            "divisible by the number of processes."
+            "help": "Sentences per step over all processes (the in-batch negatives); sets per_device_train_batch_size "
+            "to this / the number of processes, which must divide it."
         },
     )
     mini_batch_size: int | None = field(
         default=None,
+        # GradCache: mini-batches are encoded first without activations, then again with the same dropout masks
+        # to back-propagate, so a large batch of negatives fits in the memory of a small one (same gradients).
         metadata={
-            "help": "Cached (GradCache) step: encode each process's batch in mini-batches of this many examples, "
-            "first without activations, then again with the same dropout masks to back-propagate; a large batch of "
-            "negatives in the memory of a small one, same gradients. Unset: one forward over the batch."
+            "help": "Cached (GradCache) step: encode each process's batch in mini-batches of this many examples. "
+            "Unset: one forward over the batch."
         },
     )
     length_buckets: int | None = field(
         default=None,
+        # The in-batch negatives stay the same; dropout draws its masks per sub-batch, so a run is not bit-identical
+        # to one without it. ConSERT and CLEAR encode their views in their own way and refuse it.
         metadata={
-            "help": "Encode each training batch in this many length-sorted sub-batches, each padded only to its own "
-            "longest sentence (less padding compute; e.g. 4 on CPU). The in-batch negatives stay the same; dropout "
-            "draws its masks per sub-batch, so a run is not bit-identical to one without it. Unset: one forward. "
-            "Methods that encode their views in their own way (ConSERT, CLEAR) refuse it."
+            "help": "Encode each training batch in this many length-sorted sub-batches, each padded to its own "
+            "longest sentence (less padding compute; e.g. 4 on CPU). Unset: one forward."
         },
     )
     fast_dropout: bool = field(
         default=True,
+        # 16 random bits per element, p rounded to a multiple of 1/65536; ~20-30% faster bf16 steps on CPU. GPU
+        # dropout is fused already.
         metadata={
-            "help": "On CPU, draw the backbone's dropout masks in bulk (16 random bits per element, p rounded to a "
-            "multiple of 1/65536) instead of torch's per-element sampler: the same dropout, ~20-30% faster bf16 "
-            "training steps. No effect on GPU, whose dropout is fused already. False: torch's own dropout."
+            "help": "On CPU, draw the backbone's dropout masks in bulk instead of with torch's per-element sampler "
+            "(same dropout, faster). False: torch's own dropout."
         },
     )
     export_adapter: bool = field(
@@ -235,6 +258,11 @@ class SentCLTrainingArguments(TrainingArguments):
                 "trains slower than fp32; set 'bf16: false' on this machine.",
                 stacklevel=2,
             )
+        check_choices(self)
+        check_range(
+            "learning_rate", self.learning_rate, 0, MAX_LEARNING_RATE, low_open=True,
+            hint="Typical values for fine-tuning a pretrained encoder: 1e-6 to 1e-4.",
+        )
         if self.length_buckets is not None and self.length_buckets < 1:
             raise ValueError(f"length_buckets must be a positive number of sub-batches, got {self.length_buckets}.")
         if self.mini_batch_size is not None and self.mini_batch_size < 1:

@@ -9,10 +9,13 @@ which the paper says it borrows) and tau 0.1.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from hf_sentcl.augment.text import parse_augmentation
 from hf_sentcl.configs.arguments import SentCLTrainingArguments
+from hf_sentcl.configs.contrastive import ContrastiveArguments, temperature_field
 from hf_sentcl.configs.perturbation import PerturbationArguments
+from hf_sentcl.configs.validation import check_range
 
 SCRATCH_SIZE_KEYS = (
     "scratch_hidden_size", "scratch_num_hidden_layers", "scratch_num_attention_heads", "scratch_intermediate_size"
@@ -20,7 +23,7 @@ SCRATCH_SIZE_KEYS = (
 
 
 @dataclass
-class CLEARConfig(PerturbationArguments, SentCLTrainingArguments):
+class CLEARConfig(PerturbationArguments, ContrastiveArguments, SentCLTrainingArguments):
     """CLEAR: MLM on the original sentence plus NT-Xent between two augmented views of it.
 
     The IFM/BYOP margin knobs (`perturbation`, `margin`, ...) come from `PerturbationArguments` and shift the
@@ -34,7 +37,7 @@ class CLEARConfig(PerturbationArguments, SentCLTrainingArguments):
             "sequence joined by '+' applied left to right, e.g. subs+del_span, del_span+reorder."
         },
     )
-    augment_level: str = field(
+    augment_level: Literal["word", "token"] = field(
         default="word",
         metadata={"help": "Units the augmentations count and move: 'word' (whole words) or 'token' (subword tokens)."},
     )
@@ -61,7 +64,7 @@ class CLEARConfig(PerturbationArguments, SentCLTrainingArguments):
         default=None,
         metadata={"help": "subs: WordNet 3.0 database folder. Default: $WORDNET_DIR, else /usr/share/wordnet."},
     )
-    temperature: float = field(default=0.1, metadata={"help": "Temperature tau of the NT-Xent over 2N views."})
+    temperature: float = temperature_field(0.1)
     mlm_probability: float = field(
         default=0.15, metadata={"help": "Fraction of the original sentence's tokens chosen for MLM (80/10/10)."}
     )
@@ -98,8 +101,6 @@ class CLEARConfig(PerturbationArguments, SentCLTrainingArguments):
             parse_augmentation(self.augmentation)
         except ValueError as err:
             raise ValueError(f"key 'augmentation': {err}") from None
-        if self.augment_level not in ("word", "token"):
-            raise ValueError(f"augment_level must be 'word' or 'token', got '{self.augment_level}'.")
         for key in ("del_word_rate", "del_span_fraction", "reorder_fraction", "subs_rate"):
             if not 0 < getattr(self, key) < 1:
                 raise ValueError(f"{key} must be in (0, 1), got {getattr(self, key)}.")
@@ -108,12 +109,9 @@ class CLEARConfig(PerturbationArguments, SentCLTrainingArguments):
             value = getattr(self, key)
             if value is not None and value < 1:
                 raise ValueError(f"{key} must be a positive integer, got {value}.")
-        if self.temperature <= 0:
-            raise ValueError(f"temperature must be positive, got {self.temperature}.")
         if not 0 < self.mlm_probability < 1:
             raise ValueError(f"mlm_probability must be in (0, 1), got {self.mlm_probability}.")
-        if self.mlm_weight < 0:
-            raise ValueError(f"mlm_weight must be >= 0 (0 switches MLM off), got {self.mlm_weight}.")
+        check_range("mlm_weight", self.mlm_weight, 0, hint="0 switches MLM off.")
         sizes = [key for key in SCRATCH_SIZE_KEYS if getattr(self, key) is not None]
         if sizes and not self.from_scratch:
             raise ValueError(f"{', '.join(sizes)} only apply with from_scratch: true; set it or remove them.")

@@ -9,10 +9,13 @@ pairs: other methods then reject them as unknown keys instead of ignoring them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
-from hf_sentcl.augment.embedding import AUGMENTATIONS, check_augmentation
-from hf_sentcl.configs.arguments import SentCLTrainingArguments
+from hf_sentcl.augment.embedding import AUGMENTATIONS
+from hf_sentcl.configs.arguments import MAX_LEARNING_RATE, SentCLTrainingArguments
+from hf_sentcl.configs.contrastive import ContrastiveArguments, temperature_field
 from hf_sentcl.configs.perturbation import PerturbationArguments
+from hf_sentcl.configs.validation import check_range
 
 SUPERVISED_MODES = ("unsup", "sup", "joint", "sup-unsup", "joint-unsup")
 #: chained modes: (first stage's mode, second stage's mode)
@@ -20,18 +23,18 @@ CHAINED_MODES = {"sup-unsup": ("sup", "unsup"), "joint-unsup": ("joint", "unsup"
 
 
 @dataclass
-class ConSERTConfig(PerturbationArguments, SentCLTrainingArguments):
+class ConSERTConfig(PerturbationArguments, ContrastiveArguments, SentCLTrainingArguments):
     """ConSERT: two embedding-level augmentations of each sentence, NT-Xent over the 2N views; optionally NLI
     supervision (cross-entropy on (r1, r2, |r1 - r2|)), jointly or as a first stage.
 
     The IFM/BYOP margin knobs (`perturbation`, `margin`, ...) from `PerturbationArguments` apply to the NT-Xent.
     """
 
-    augmentation1: str = field(
-        default="shuffle", metadata={"help": f"Augmentation T1 of the first view: {', '.join(AUGMENTATIONS)}."}
+    augmentation1: Literal[AUGMENTATIONS] = field(
+        default="shuffle", metadata={"help": "Augmentation T1 of the first view."}
     )
-    augmentation2: str = field(
-        default="feature_cutoff", metadata={"help": f"Augmentation T2 of the second view: {', '.join(AUGMENTATIONS)}."}
+    augmentation2: Literal[AUGMENTATIONS] = field(
+        default="feature_cutoff", metadata={"help": "Augmentation T2 of the second view."}
     )
     token_cutoff_rate: float = field(
         default=0.15, metadata={"help": "Fraction of a sentence's real tokens whose rows token_cutoff zeroes."}
@@ -49,8 +52,8 @@ class ConSERTConfig(PerturbationArguments, SentCLTrainingArguments):
             "False only zeroes their embeddings."
         },
     )
-    temperature: float = field(default=0.1, metadata={"help": "Temperature tau of the NT-Xent loss."})
-    supervised_mode: str = field(
+    temperature: float = temperature_field(0.1)
+    supervised_mode: Literal[SUPERVISED_MODES] = field(
         default="unsup",
         metadata={
             "help": "unsup (NT-Xent on unlabeled text), sup (NLI cross-entropy), joint (L_ce + alpha * L_con on NLI), "
@@ -100,26 +103,16 @@ class ConSERTConfig(PerturbationArguments, SentCLTrainingArguments):
 
     def __post_init__(self):
         super().__post_init__()
-        check_augmentation(self.augmentation1, "augmentation1")
-        check_augmentation(self.augmentation2, "augmentation2")
         for key in ("token_cutoff_rate", "feature_cutoff_rate", "dropout_rate"):
-            if not 0.0 <= getattr(self, key) < 1.0:
-                raise ValueError(f"{key} must be in [0, 1), got {getattr(self, key)}.")
-        if self.temperature <= 0:
-            raise ValueError(f"temperature must be positive, got {self.temperature}.")
-        if self.supervised_mode not in SUPERVISED_MODES:
-            raise ValueError(
-                f"supervised_mode must be one of {', '.join(SUPERVISED_MODES)}, got '{self.supervised_mode}'."
-            )
-        if self.alpha < 0:
-            raise ValueError(f"alpha must be >= 0, got {self.alpha}.")
+            check_range(key, getattr(self, key), 0, 1, high_open=True)
+        check_range("alpha", self.alpha, 0)
+        check_range("supervised_learning_rate", self.supervised_learning_rate, 0, MAX_LEARNING_RATE, low_open=True)
         if self.adversarial and "joint" not in self.supervised_mode:
             raise ValueError(
                 f"adversarial needs the supervised loss of a joint stage (supervised_mode joint or joint-unsup), "
                 f"got supervised_mode '{self.supervised_mode}'."
             )
-        if self.adversarial_epsilon <= 0:
-            raise ValueError(f"adversarial_epsilon must be positive, got {self.adversarial_epsilon}.")
+        check_range("adversarial_epsilon", self.adversarial_epsilon, 0, low_open=True)
         if self.supervised_mode == "unsup" and self.nli_source is not None:
             raise ValueError("nli_source is unused with supervised_mode 'unsup'; remove it or pick a supervised mode.")
         if self.supervised_mode != "unsup" and not self.nli_source:

@@ -8,11 +8,14 @@ SentCLTrainingArguments)`), and its trainer passes `args.margin_loss_kwargs()` t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
+from hf_sentcl.configs.validation import check_choices, check_range
 from hf_sentcl.losses.margin import parse_perturbation, warn_if_identity
 
 MARGIN_TYPES = ("constant", "dynamic")
+#: cosine similarities lie in [-1, 1]: a margin of 1 already shifts a logit by half that range
+MAX_MARGIN = 1.0
 
 
 @dataclass
@@ -28,9 +31,10 @@ class PerturbationArguments:
         },
     )
     margin: float = field(
-        default=0.0, metadata={"help": "Constant margin m in cosine units (BYOP-C, IFM; the paper's grid 0.01-0.1)."}
+        default=0.0,
+        metadata={"help": f"Constant margin m in cosine units, in [0, {MAX_MARGIN:g}] (BYOP's grid: 0.01-0.1)."},
     )
-    margin_type: str = field(
+    margin_type: Literal[MARGIN_TYPES] = field(
         default="constant",
         metadata={"help": "'constant' (BYOP-C, IFM) or 'dynamic': m_i = sim(z_i, z'_i) / (N - 1) (BYOP-D)."},
     )
@@ -50,10 +54,10 @@ class PerturbationArguments:
 
     def validate_perturbation(self) -> None:
         """Check the knobs together; errors name the key at fault."""
-        if self.margin_type not in MARGIN_TYPES:
-            raise ValueError(f"margin_type must be one of {', '.join(MARGIN_TYPES)}, got '{self.margin_type}'.")
+        check_choices(self)
         if self.margin < 0:
             raise ValueError(f"margin must be >= 0 (the sign comes from 'perturbation'), got {self.margin}.")
+        check_range("margin", self.margin, 0, MAX_MARGIN)
         if self.perturbation is None:
             if self.margin or self.margin_type == "dynamic" or self.multi_task:
                 raise ValueError(

@@ -4,32 +4,33 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from hf_sentcl.configs.arguments import SentCLTrainingArguments
+from hf_sentcl.configs.contrastive import ContrastiveArguments, temperature_field
+from hf_sentcl.configs.validation import check_range
 
 SELF_GUIDED_OBJECTIVES = ("sg", "opt1", "opt2", "sg-opt")
 VIEW_POOLINGS = ("max", "mean")
 
 
 @dataclass
-class SelfGuidedConfig(SentCLTrainingArguments):
+class SelfGuidedConfig(ContrastiveArguments, SentCLTrainingArguments):
     """SG / SG-OPT: the tuned encoder's last-layer [CLS] is pulled towards pooled hidden layers of a frozen copy."""
 
-    objective: str = field(
+    objective: Literal[SELF_GUIDED_OBJECTIVES] = field(
         default="sg-opt",
         metadata={
             "help": "Loss: 'sg' (L_base, NT-Xent over {c} U {h}, one sampled view per sentence), 'opt1' and 'opt2' "
             "(the section 3.2 ablation steps), or 'sg-opt' (L_opt, every layer's view at once)."
         },
     )
-    temperature: float = field(
-        default=0.01, metadata={"help": "Temperature tau of phi(u, v) = exp(cos(f(u), f(v)) / tau)."}
-    )
+    temperature: float = temperature_field(0.01)
     regularizer_weight: float = field(
         default=0.1,
         metadata={"help": "lambda: weight of sum ||theta_T - theta_F||^2 between the tuned and the frozen encoder."},
     )
-    view_pooling: str = field(
+    view_pooling: Literal[VIEW_POOLINGS] = field(
         default="max", metadata={"help": "Pooling p of a frozen layer's real tokens into a view h_{i,k}: max or mean."}
     )
     view_layers: list[int] | None = field(
@@ -39,13 +40,11 @@ class SelfGuidedConfig(SentCLTrainingArguments):
             "negative indices count from the end). Default: all of 0..l."
         },
     )
+    # The paper describes BERT_F as fixed (default False: eval mode); the authors' released code leaves it in train
+    # mode, because its loss module's train() reaches the copy.
     frozen_dropout: bool = field(
         default=False,
-        metadata={
-            "help": "Run the frozen copy BERT_F with its dropout on (weights still frozen), so every view is a "
-            "dropout-noised view. The paper describes BERT_F as fixed (default False: eval mode); the authors' "
-            "released code leaves it in train mode, because its loss module's train() reaches the copy."
-        },
+        metadata={"help": "Run the frozen copy BERT_F with its dropout on (weights still frozen)."},
     )
     projection_head: bool = field(
         default=True,
@@ -64,16 +63,7 @@ class SelfGuidedConfig(SentCLTrainingArguments):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.objective not in SELF_GUIDED_OBJECTIVES:
-            raise ValueError(
-                f"objective must be one of {', '.join(SELF_GUIDED_OBJECTIVES)}, got '{self.objective}'."
-            )
-        if self.view_pooling not in VIEW_POOLINGS:
-            raise ValueError(f"view_pooling must be one of {', '.join(VIEW_POOLINGS)}, got '{self.view_pooling}'.")
-        if self.temperature <= 0:
-            raise ValueError(f"temperature must be positive, got {self.temperature}.")
-        if self.regularizer_weight < 0:
-            raise ValueError(f"regularizer_weight must be >= 0, got {self.regularizer_weight}.")
+        check_range("regularizer_weight", self.regularizer_weight, 0)
         if self.projection_size < 1:
             raise ValueError(f"projection_size must be positive, got {self.projection_size}.")
         layers = self.view_layers

@@ -5,23 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hf_sentcl.configs.arguments import SentCLTrainingArguments
+from hf_sentcl.configs.contrastive import ContrastiveArguments
 from hf_sentcl.configs.perturbation import PerturbationArguments
 
 
 @dataclass
-class SimCSEConfig(PerturbationArguments, SentCLTrainingArguments):
+class SimCSEConfig(PerturbationArguments, ContrastiveArguments, SentCLTrainingArguments):
     """Unsupervised SimCSE: each sentence twice in one forward pass; dropout makes the two views.
 
-    The IFM/BYOP margin knobs (`perturbation`, `margin`, `margin_type`, `detach_margin`, `multi_task`) come from
+    `temperature` comes from `ContrastiveArguments` (default 0.05, the paper's), the IFM/BYOP margin keys from
     `PerturbationArguments`.
     """
-
-    temperature: float = field(default=0.05, metadata={"help": "Softmax temperature tau of InfoNCE."})
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.temperature <= 0:
-            raise ValueError(f"temperature must be positive, got {self.temperature}.")
 
 
 @dataclass

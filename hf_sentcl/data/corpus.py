@@ -9,18 +9,20 @@ from datasets import Dataset, load_dataset
 from transformers import PreTrainedTokenizerBase
 
 from hf_sentcl.configs import DataArguments
+from hf_sentcl.data.checks import count_train_examples
 from hf_sentcl.evaluation.sts import unlabeled_sts_sentences
 
 VIEW_PREFIX = "view"
 
 
 def check_train_file(path: str | None) -> Path | None:
-    """Return the expanded training-file path, or raise naming it when it is missing."""
+    """Return the expanded training-file path, or raise naming it when it is missing or holds no usable text."""
     if path is None:
         return None
     resolved = Path(os.path.expandvars(path)).expanduser()
     if not resolved.is_file():
         raise FileNotFoundError(f"train_file '{resolved}' does not exist (recipe key 'train_file').")
+    count_train_examples(resolved)
     return resolved
 
 

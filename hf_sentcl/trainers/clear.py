@@ -159,10 +159,9 @@ class CollatorEpoch(TrainerCallback):
 class CLEARTrainer(TrainingHeadsMixin, ContrastiveTrainer):
     """CLEAR: masked-LM loss on the original sentence plus NT-Xent between two augmented views.
 
-    Recipe knobs (`CLEARConfig`): augmentation and its rates/counts, augment_level, synonym_senses, wordnet_dir,
-    temperature, mlm_probability, mlm_weight, projection_size, projection_dim, from_scratch and scratch_* sizes,
-    plus the IFM/BYOP margin keys. The data collator is built here from them (`CLEARCollator.from_args`; a generic
-    one passed in is replaced); `train_dataset` gets an `example_index` column that seeds the views.
+    Recipe keys: `CLEARConfig` (`python -m hf_sentcl.run --method clear --help` lists them). The data collator is
+    built here from them (`CLEARCollator.from_args`; a generic one passed in is replaced); `train_dataset` gets an
+    `example_index` column that seeds the views.
     """
 
     #: the MLM loss is a per-example term of `forward_views`, so `mini_batch_size` (the cached step) applies

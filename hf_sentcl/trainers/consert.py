@@ -59,8 +59,7 @@ def disable_dropout(module: nn.Module) -> int:
 class ConSERTTrainer(TrainingHeadsMixin, ContrastiveTrainer):
     """ConSERT in one stage (`supervised_mode` unsup, sup or joint); chained modes run through `consert_stages`.
 
-    Recipe knobs: see `ConSERTConfig` (`augmentation1`, `augmentation2`, the rates, `temperature`,
-    `supervised_mode`, `alpha`, `adversarial`, `encoder_dropout`, `nli_source`, ...).
+    Recipe keys: `ConSERTConfig` (`python -m hf_sentcl.run --method consert --help` lists them).
     """
 
     @property

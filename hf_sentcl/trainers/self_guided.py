@@ -110,8 +110,7 @@ def freeze_embedding_layer(backbone: nn.Module) -> None:
 class SelfGuidedTrainer(TrainingHeadsMixin, ContrastiveTrainer):
     """SG / SG-OPT: pull BERT_T's [CLS] towards pooled hidden layers of a frozen clone BERT_F.
 
-    Recipe knobs: `objective` (sg, opt1, opt2, sg-opt), `temperature`, `regularizer_weight` (lambda),
-    `view_pooling`, `view_layers`, `frozen_dropout`, `projection_head`, `projection_size`, `early_stopping_patience`.
+    Recipe keys: `SelfGuidedConfig` (`python -m hf_sentcl.run --method self_guided --help` lists them).
     """
 
     dropout_copies = 1
