@@ -265,7 +265,7 @@ def test_choices_come_from_the_literal_types():
     from transformers import HfArgumentParser
 
     from hf_sentcl.configs.validation import literal_choices
-    from hf_sentcl.modeling.config import POOLING_MODES
+    from hf_sentcl.modeling.pooling import POOLING_MODES
     from hf_sentcl.parser import RecipeArgumentParser
 
     parser = RecipeArgumentParser("self_guided")
