@@ -69,7 +69,14 @@ def hf_home(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def senteval_files(tmp_path_factory):
-    return write_full_senteval(tmp_path_factory.mktemp("senteval-src"))
+    """The 7 STS tasks plus SentEval's SNLI dev/test files (consert_minilm_joint reads them)."""
+    root = write_full_senteval(tmp_path_factory.mktemp("senteval-src"))
+    (root / "SNLI").mkdir()
+    for split in ("dev", "test"):
+        for name, lines in (("s1", "A dog runs.\nA cat.\n"), ("s2", "An animal moves.\nNo cat.\n"),
+                            ("labels", "entailment\ncontradiction\n")):
+            (root / "SNLI" / f"{name}.{split}").write_text(lines)
+    return root
 
 
 @pytest.fixture
