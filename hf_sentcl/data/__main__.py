@@ -40,7 +40,8 @@ def source_file(name: str, revision: str | None) -> HubFile:
     if is_hub_uri(name):
         return HubFile.parse(name)
     if name not in SIMCSE_FILES:
-        raise ValueError(f"--what: unknown source '{name}'; use {', '.join(SIMCSE_FILES)} or an hf://datasets/... file.")
+        known = ", ".join(SIMCSE_FILES)
+        raise ValueError(f"--what: unknown source '{name}'; use {known} or an hf://datasets/... file.")
     return HubFile(SIMCSE_REPO, SIMCSE_FILES[name][0], revision)
 
 
@@ -74,7 +75,8 @@ def hub_status(name: str, file: HubFile) -> str:
         folder = extraction_dir(file, revision)
         status += f"\n    extracted {'at' if folder.is_dir() else 'on first use into'} {folder}"
     if not offline():
-        status += f"\n    (online: '{file.revision or 'main'}' is checked against the Hub first; a newer revision downloads)"
+        branch = file.revision or "main"
+        status += f"\n    (online: '{branch}' is checked against the Hub first; a newer revision downloads)"
     return status
 
 
