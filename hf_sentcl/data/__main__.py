@@ -103,19 +103,23 @@ def info(names: Sequence[str], revision: str | None, data_dir: str | None) -> No
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=PROG, description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Sources: " + "; ".join(f"{k} = {SIMCSE_REPO}/{f} ({d})" for k, (f, d) in SIMCSE_FILES.items())
-        + ". Any hf://datasets/ORG/NAME[@REVISION]/PATH file may be named too.",
-    )
+    sources = "\n".join(f"  {name:<9} {file}: {about}" for name, (file, about) in SIMCSE_FILES.items())
+    epilog = (f"sources (files of {SIMCSE_REPO}):\n{sources}\n"
+              "  or any hf://datasets/ORG/NAME[@REVISION]/PATH file\n\n"
+              "SentEval data is read from --data-dir / the recipe key sts_data_dir, else $HF_SENTCL_DATA, "
+              "else senteval.")
+    layout = dict(formatter_class=argparse.RawDescriptionHelpFormatter, epilog=epilog)
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__, **layout)
     commands = parser.add_subparsers(dest="command", required=True)
     what = dict(default=",".join(SIMCSE_FILES), help=f"Comma-separated sources (default: {','.join(SIMCSE_FILES)}).")
     revision = dict(default=None, help=f"Branch, tag or commit of {SIMCSE_REPO} (default: main).")
-    fetch = commands.add_parser("download", help="Fill the Hugging Face cache and print where each file lies.")
+    about = "Fill the Hugging Face cache (HF_HOME) and print where each file lies."
+    fetch = commands.add_parser("download", help=about, description=about, **layout)
     fetch.add_argument("--what", **what)
     fetch.add_argument("--revision", **revision)
     fetch.add_argument("--force", action="store_true", help="Download again (and re-extract) even when cached.")
-    show = commands.add_parser("info", help="Say where each source would be read from now; downloads nothing.")
+    about = "Say where each source would be read from now; downloads nothing."
+    show = commands.add_parser("info", help=about, description=about, **layout)
     show.add_argument("--what", **what)
     show.add_argument("--revision", **revision)
     show.add_argument("--data-dir", default=None, help="As evaluate's --data-dir (it comes before HF_SENTCL_DATA).")

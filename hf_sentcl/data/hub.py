@@ -107,10 +107,11 @@ def offline() -> bool:
     return constants.is_offline_mode()
 
 
-def hub_file_path(file: HubFile, what: str, force: bool = False) -> Path:
+def hub_file_path(file: HubFile, what: str, force: bool = False, hint: str | None = None) -> Path:
     """The local path of `file` in the Hugging Face cache, downloaded first when needed and allowed.
 
-    `what` names the setting or source the file came from, for the error message.
+    `what` names the setting or source the file came from, `hint` what to do when it is not cached and cannot be
+    downloaded (default: prefetch it or give a local file), both for the error message.
     """
     try:
         local = hf_hub_download(
@@ -118,10 +119,11 @@ def hub_file_path(file: HubFile, what: str, force: bool = False) -> Path:
         )
     except LocalEntryNotFoundError:
         reason = "HF_HUB_OFFLINE is set" if offline() else "the Hub could not be reached"
+        if hint is None:
+            hint = (f"Fetch it once on a machine with network and the same HF_HOME (python -m hf_sentcl.data download "
+                    f"--what {file}), or give a local file instead.")
         raise HubDataError(
-            f"{what}: '{file}' is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and {reason}. Fetch it "
-            f"once on a machine with network and the same HF_HOME (python -m hf_sentcl.data download --what {file}), "
-            "or give a local file instead."
+            f"{what}: '{file}' is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and {reason}. {hint}"
         ) from None
     except (RepositoryNotFoundError, GatedRepoError, RevisionNotFoundError, EntryNotFoundError) as err:
         raise HubDataError(
@@ -213,9 +215,9 @@ def senteval_from_hub(archive: HubFile = SENTEVAL_ARCHIVE, force: bool = False) 
     if not force and key in _extracted and _extracted[key].is_dir():
         return _extracted[key]
     try:
-        local = hub_file_path(archive, "SentEval data", force=force)
+        local = hub_file_path(archive, "SentEval data", force=force, hint="")
     except HubDataError as err:
-        raise HubDataError(no_senteval_message(archive, str(err))) from None
+        raise HubDataError(no_senteval_message(archive, str(err).strip())) from None
     target = extraction_dir(archive, snapshot_revision(local, archive.filename))
     if force and target.is_dir():
         shutil.rmtree(target)
@@ -225,11 +227,12 @@ def senteval_from_hub(archive: HubFile = SENTEVAL_ARCHIVE, force: bool = False) 
 
 def no_senteval_message(archive: HubFile, reason: str) -> str:
     """The error when no SentEval data can be found, naming the three ways to provide it."""
+    what = "senteval" if archive == SENTEVAL_ARCHIVE else archive.uri
     return (
         "No SentEval data (the folder with STS/, SICK/, MR/, ...). Provide it in one of three ways: "
         "(1) --data-dir DIR or the recipe key 'sts_data_dir'; "
         "(2) the environment variable HF_SENTCL_DATA=DIR; "
         f"(3) the Hub archive {archive}, fetched into the Hugging Face cache "
-        "(`python -m hf_sentcl.data download --what senteval` on a machine with network, then HF_HUB_OFFLINE=1 "
+        f"(`python -m hf_sentcl.data download --what {what}` on a machine with network, then HF_HUB_OFFLINE=1 "
         f"works). This time: {reason}"
     )
