@@ -3,16 +3,18 @@ order, extraction once and atomically, damaged archives), hf:// training and NLI
 
 import io
 import os
+import re
 import subprocess
 import sys
 import tarfile
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 from huggingface_hub import constants
 
-from helpers import write_full_senteval
+from helpers import FakeEncoder, write_full_senteval
 from hf_sentcl.configs import DataArguments
 from hf_sentcl.data import hub
 from hf_sentcl.data.__main__ import main as data_main
@@ -121,12 +123,10 @@ def test_resolution_order(hub_cache, hf_home, senteval_files, tmp_path, monkeypa
 
 def test_hub_data_scores_like_the_local_folder(hub_cache, senteval_files):
     """The evaluator reads the extracted archive exactly as the folder it was made from."""
-    from helpers import FakeEncoder
-
     local = STSEvaluator(senteval_files)
     from_hub = STSEvaluator()
     sentences = {s for pairs in local.data.values() for p in pairs.values() for s in (*p.sentences1, *p.sentences2)}
-    rng = __import__("numpy").random.default_rng(0)
+    rng = np.random.default_rng(0)
     encoder = FakeEncoder({s: rng.normal(size=8) for s in sentences})
     assert from_hub(encoder) == local(encoder)
 
@@ -259,7 +259,7 @@ def test_unavailable_hf_train_file_stops_the_run(hub_cache, tmp_path, capsys, ur
                       f"output_dir: {tmp_path / 'out'}\n")
     assert run_main([str(recipe)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: train_file") and __import__("re").search(message, err)
+    assert err.startswith("error: train_file") and re.search(message, err)
 
 
 def test_shipped_recipes_validate_offline_from_the_hub_cache(hub_cache, repo_root):
