@@ -1,6 +1,7 @@
 """Data from the Hub, offline against a real huggingface_hub cache built here: the SentEval archive (resolution
 order, extraction once and atomically, damaged archives), hf:// training and NLI files, the prefetch CLI."""
 
+import hashlib
 import io
 import os
 import re
@@ -43,12 +44,19 @@ def senteval_tar(source: Path, path: Path, wrap: str | None = None) -> Path:
 
 
 def add_snapshot(hub_cache: Path, revision: str, files: dict[str, bytes], main: bool = False) -> Path:
-    """Put `files` into the cache layout hf_hub_download reads offline: snapshots/<commit>/<file> (+ refs/main)."""
+    """Put `files` into huggingface_hub's cache layout, as a download leaves them: the content in blobs/<sha256>,
+    snapshots/<commit>/<file> a relative symlink to it, and refs/main holding the commit when `main`."""
     repo = hub_cache / f"datasets--{SIMCSE_REPO.replace('/', '--')}"
     snapshot = repo / "snapshots" / revision
+    (repo / "blobs").mkdir(parents=True, exist_ok=True)
     for name, content in files.items():
-        (snapshot / name).parent.mkdir(parents=True, exist_ok=True)
-        (snapshot / name).write_bytes(content)
+        blob = repo / "blobs" / hashlib.sha256(content).hexdigest()
+        blob.write_bytes(content)
+        pointer = snapshot / name
+        pointer.parent.mkdir(parents=True, exist_ok=True)
+        if pointer.is_symlink():
+            pointer.unlink()
+        pointer.symlink_to(os.path.relpath(blob, pointer.parent))
     if main:
         (repo / "refs").mkdir(parents=True, exist_ok=True)
         (repo / "refs" / "main").write_text(revision)
@@ -313,3 +321,11 @@ def test_module_entry_point_offline(hub_cache, hf_home):
     shown = data_cli("info", "--what", "senteval,nli")
     assert shown.returncode == 0 and "extracted at" in shown.stdout and "nli_for_simcse.csv (revision" in shown.stdout
     assert data_cli("--help").returncode == 0
+
+
+def test_info_offline_and_uncached(hf_home, capsys):
+    """Nothing cached and offline: info says the source is unavailable and how to fetch it, and creates nothing."""
+    assert data_main(["info", "--what", "wiki1m,senteval"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("unavailable") == 2 and "download --what wiki1m" in out
+    assert not hf_home.exists()
