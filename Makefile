@@ -1,13 +1,20 @@
 # Two commands from a fresh clone:  `make quickstart`  and  `make test`.
-# Both create .venv, install the project into it, and run offline.
+# Both create .venv and install the project into it. With the local data folder ../shared/data beside the clone
+# they run offline on it; without it the quickstart downloads its data from the Hub into the Hugging Face cache
+# (docs/data.md) and the tests run offline on their own fixtures.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # The PyTorch build to install first; a range would pull the newest CUDA wheels. Override for your machine.
 TORCH_SPEC ?= torch==2.13.0
-HF_SENTCL_DATA ?= $(abspath ../shared/data/senteval)
+LOCAL_DATA ?= $(abspath ../shared/data)
+ifneq ($(wildcard $(LOCAL_DATA)/senteval/STS),)
+HF_SENTCL_DATA ?= $(LOCAL_DATA)/senteval
 export HF_SENTCL_DATA
 export HF_HUB_OFFLINE ?= 1
+endif
+# The quickstart trains on the local Wikipedia subset when there is one (the recipe names SimCSE's corpus on the Hub).
+QUICKSTART_ARGS ?= $(if $(wildcard $(LOCAL_DATA)/wiki1m_subset.txt),--train_file $(LOCAL_DATA)/wiki1m_subset.txt)
 # CLEAR's synonym substitution reads the WordNet 3.0 database; Debian/Ubuntu's wordnet-base package puts it here.
 WORDNET_DIR ?= /usr/share/wordnet
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
@@ -31,7 +38,7 @@ wordnet:
 install: $(BIN)/.installed wordnet
 
 quickstart: install
-	$(BIN)/python -m hf_sentcl.run recipes/quickstart.yaml
+	$(BIN)/python -m hf_sentcl.run recipes/quickstart.yaml $(QUICKSTART_ARGS)
 
 test: install
 	$(BIN)/python -m pytest -q

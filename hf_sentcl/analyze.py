@@ -129,7 +129,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     layers.add_argument("--model", required=True, help=f"Path, Hub id, or '{EMBEDDED_MODEL_ALIAS}'.")
     layers.add_argument("--split", choices=("dev", "test"), default="dev", help="STS-B split to score on.")
-    layers.add_argument("--data-dir", default=None, help="SentEval-format directory (default: $HF_SENTCL_DATA).")
+    layers.add_argument(
+        "--data-dir", default=None,
+        help="SentEval-format directory or hf:// archive (default: $HF_SENTCL_DATA, else the Hub archive; "
+        "`python -m hf_sentcl.data info` shows which).",
+    )
     layers.add_argument("--output-dir", default="layer_study", help="Where layers_<split>.csv/.png go.")
     layers.add_argument("--batch-size", type=int, default=128)
     layers.add_argument("--bf16", action="store_true", help="Run the backbone under bf16 autocast.")

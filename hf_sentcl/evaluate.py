@@ -136,7 +136,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--probe-jobs", type=int, default=1, help="Processes fitting transfer probes in parallel (same results)."
     )
-    parser.add_argument("--data-dir", default=None, help="SentEval-format directory (default: $HF_SENTCL_DATA).")
+    parser.add_argument(
+        "--data-dir", default=None,
+        help="SentEval-format directory or hf:// archive (default: $HF_SENTCL_DATA, else the Hub archive; "
+        "`python -m hf_sentcl.data info` shows which).",
+    )
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--bf16", action="store_true", help="Encode under bf16 autocast.")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda if available).")

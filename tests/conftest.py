@@ -13,6 +13,11 @@ os.environ["TOKENIZERS_PARALLELISM"] = "false"
 if "HF_DATASETS_CACHE" not in os.environ:  # a private datasets cache for the session (and its subprocesses)
     os.environ["HF_DATASETS_CACHE"] = tempfile.mkdtemp(prefix="hf_sentcl_tests_datasets_")
     atexit.register(shutil.rmtree, os.environ["HF_DATASETS_CACHE"], ignore_errors=True)
+# An empty Hub cache: nothing a test reads may come from the developer's cache (tests/test_hub_data.py builds its own).
+_hub_home = tempfile.mkdtemp(prefix="hf_sentcl_tests_hub_")
+os.environ["HF_HUB_CACHE"] = os.path.join(_hub_home, "hub")
+os.environ["HF_ASSETS_CACHE"] = os.path.join(_hub_home, "assets")
+atexit.register(shutil.rmtree, _hub_home, ignore_errors=True)
 
 from pathlib import Path  # noqa: E402
 

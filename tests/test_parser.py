@@ -34,20 +34,23 @@ def test_every_recipe_parses(recipe, monkeypatch, tmp_path):
     assert isinstance(parsed.training.learning_rate, float) and parsed.training.learning_rate > 0
     assert isinstance(parsed.training.per_device_train_batch_size, int)
     assert parsed.training.output_dir
-    # ${HF_SENTCL_DATA} is expanded
+    # variables are expanded
     if parsed.data.train_file is not None:
         assert "${" not in parsed.data.train_file
 
 
 def test_quickstart_values_and_expansion(monkeypatch, tmp_path, repo_root):
-    """quickstart.yaml: YAML's `3.0e-5` is a float, `${HF_SENTCL_DATA}` is expanded, bf16/head values kept."""
+    """quickstart.yaml: YAML's `3.0e-5` is a float, the corpus is on the Hub, `${HF_SENTCL_DATA}` in an override is
+    expanded, bf16/head values kept."""
     monkeypatch.setenv("HF_SENTCL_DATA", "/data/senteval")
     recipe = parse_recipe(repo_root / "recipes" / "quickstart.yaml")
     assert recipe.method == "simcse"
     assert isinstance(recipe.training, SimCSEConfig)
     assert recipe.training.learning_rate == pytest.approx(3e-5)
     assert recipe.training.temperature == pytest.approx(0.05)
-    assert recipe.data.train_file == "/data/senteval/../wiki1m_subset.txt"
+    assert recipe.data.train_file == "hf://datasets/princeton-nlp/datasets-for-simcse/wiki1m_for_simcse.txt"
+    local = parse_recipe(repo_root / "recipes" / "quickstart.yaml", ["--train_file", "${HF_SENTCL_DATA}/../wiki.txt"])
+    assert local.data.train_file == "/data/senteval/../wiki.txt"
     assert recipe.model.head == "mlp" and recipe.model.head_at_inference is False
     assert recipe.training.bf16 is True
 

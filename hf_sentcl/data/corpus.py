@@ -10,18 +10,30 @@ from transformers import PreTrainedTokenizerBase
 
 from hf_sentcl.configs import DataArguments
 from hf_sentcl.data.checks import count_train_examples
+from hf_sentcl.data.hub import HubFile, hub_file_path, is_hub_uri
 from hf_sentcl.evaluation.sts import unlabeled_sts_sentences
 
 VIEW_PREFIX = "view"
 
 
 def check_train_file(path: str | None) -> Path | None:
-    """Return the expanded training-file path, or raise naming it when it is missing or holds no usable text."""
+    """Return the local path of the training file, or raise naming it when it cannot be had or holds no usable text.
+
+    A local path has `~` and `$VARS` expanded and must exist; an `hf://datasets/ORG/NAME[@REVISION]/PATH` file is
+    read from the Hugging Face cache, downloaded first when missing and not offline.
+    """
     if path is None:
         return None
-    resolved = Path(os.path.expandvars(path)).expanduser()
-    if not resolved.is_file():
-        raise FileNotFoundError(f"train_file '{resolved}' does not exist (recipe key 'train_file').")
+    if is_hub_uri(path):
+        try:
+            file = HubFile.parse(path)
+        except ValueError as err:
+            raise FileNotFoundError(f"train_file {err}") from None
+        resolved = hub_file_path(file, "train_file")
+    else:
+        resolved = Path(os.path.expandvars(path)).expanduser()
+        if not resolved.is_file():
+            raise FileNotFoundError(f"train_file '{resolved}' does not exist (recipe key 'train_file').")
     count_train_examples(resolved)
     return resolved
 
@@ -68,7 +80,7 @@ def load_training_dataset(data_args: DataArguments, text_columns: tuple[str, ...
         if suffix not in FILE_BUILDERS:
             raise ValueError(f"train_file '{path}': unsupported extension '.{suffix}' (use .txt, .csv, .tsv, .jsonl).")
         dataset = load_data_file(path)
-        source = f"train_file '{path}'"
+        source = f"train_file '{data_args.train_file if is_hub_uri(data_args.train_file) else path}'"
     else:
         dataset = load_dataset(data_args.dataset_name, data_args.dataset_config_name, split=data_args.dataset_split)
         source = f"dataset '{data_args.dataset_name}'"

@@ -4,7 +4,8 @@ Three sources, named by one string:
 
 - `senteval` (the SNLI folder of the SentEval data directory) or any folder in SentEval's SNLI layout:
   `s1.<split>`, `s2.<split>` and `labels.<split>`, one sentence / label per line;
-- a `.csv`, `.tsv`, `.json` or `.jsonl` file with `premise`, `hypothesis` and `label` columns;
+- a `.csv`, `.tsv`, `.json` or `.jsonl` file with `premise`, `hypothesis` and `label` columns, local or on the Hub
+  as `hf://datasets/ORG/NAME[@REVISION]/PATH` (read through the Hugging Face cache);
 - anything else is a `datasets` id (e.g. `stanfordnlp/snli`, `nyu-mll/multi_nli`), with a config and splits.
 
 Labels become 0 = entailment, 1 = neutral, 2 = contradiction (the SNLI/MNLI order on the Hub). String labels are
@@ -24,6 +25,7 @@ from transformers import PreTrainedTokenizerBase
 
 from hf_sentcl.data.collators import ViewCollator
 from hf_sentcl.data.corpus import load_data_file, tokenize_views
+from hf_sentcl.data.hub import HubFile, hub_file_path, is_hub_uri
 from hf_sentcl.defaults import resolve_data_dir
 
 NLI_LABELS = ("entailment", "neutral", "contradiction")
@@ -62,6 +64,11 @@ def resolve_nli_source(
     if source == SENTEVAL_SOURCE:
         folder = resolve_data_dir(data_dir) / "SNLI"
         return NLISource("senteval", str(folder), tuple(splits or ("train",)))
+    if is_hub_uri(source):
+        HubFile.parse(source)  # a malformed address fails here, naming it
+        if splits:
+            raise ValueError(f"key 'nli_splits' does not apply to the file '{source}'; remove it.")
+        return NLISource("file", source)
     path = Path(os.path.expandvars(source)).expanduser()
     suffix = path.suffix.lower().lstrip(".")
     if path.is_dir():
@@ -73,16 +80,21 @@ def resolve_nli_source(
     return NLISource("dataset", source, tuple(splits or ("train",)), config_name)
 
 
-def check_nli_source(source: NLISource) -> None:
-    """Fail before any model loads when a local NLI file is missing, naming the file (datasets ids are not
-    checked here: they resolve when loaded)."""
+def check_nli_source(source: NLISource) -> Path | None:
+    """Fail before any model loads when an NLI file is missing (a Hub file: not cached and not downloadable),
+    naming it; returns the local path of a file source. `datasets` ids are not checked here: they resolve when
+    loaded."""
     if source.kind == "file":
-        path = Path(source.location)
-        if not path.is_file():
-            raise FileNotFoundError(f"NLI file '{path}' does not exist (recipe key 'nli_source').")
+        if is_hub_uri(source.location):
+            path = hub_file_path(HubFile.parse(source.location), "nli_source")
+        else:
+            path = Path(source.location)
+            if not path.is_file():
+                raise FileNotFoundError(f"NLI file '{path}' does not exist (recipe key 'nli_source').")
         if path.suffix.lower().lstrip(".") not in TABLE_SUFFIXES:
-            raise ValueError(f"NLI file '{path}': unsupported extension (use .csv, .tsv, .json or .jsonl).")
-    elif source.kind == "senteval":
+            raise ValueError(f"NLI file '{source.location}': unsupported extension (use .csv, .tsv, .json or .jsonl).")
+        return path
+    if source.kind == "senteval":
         for split in source.splits:
             for name in SENTEVAL_FILES:
                 path = Path(source.location) / f"{name}.{split}"
@@ -91,6 +103,7 @@ def check_nli_source(source: NLISource) -> None:
                         f"NLI file '{path}' does not exist (recipe keys 'nli_source' / 'nli_splits'; SentEval's SNLI "
                         f"layout needs s1.<split>, s2.<split> and labels.<split>)."
                     )
+    return None
 
 
 def read_senteval_nli(folder: str | os.PathLike, split: str) -> Dataset:
@@ -134,12 +147,12 @@ def label_ids(dataset: Dataset, where: str) -> Dataset:
 
 def load_nli_pairs(source: NLISource, max_samples: int | None = None) -> Dataset:
     """premise / hypothesis / label (0, 1, 2) rows from `source`, splits concatenated in order, empty text dropped."""
-    check_nli_source(source)
+    local_file = check_nli_source(source)
     where = f"NLI {source.description}"
     if source.kind == "senteval":
         parts = [read_senteval_nli(source.location, split) for split in source.splits]
     elif source.kind == "file":
-        parts = [load_data_file(Path(source.location))]
+        parts = [load_data_file(local_file)]
     else:
         parts = [load_dataset(source.location, source.config_name, split=split) for split in source.splits]
     dataset = concatenate_datasets(parts) if len(parts) > 1 else parts[0]
