@@ -40,7 +40,7 @@ def test_every_recipe_parses(recipe, monkeypatch, tmp_path):
 
 
 def test_quickstart_values_and_expansion(monkeypatch, tmp_path, repo_root):
-    """quickstart.yaml: YAML's `3.0e-5` is a float, `${HF_SENTCL_DATA}` is expanded, bf16/head values kept."""
+    """quickstart.yaml: YAML's `3.0e-5` is a float, `${HF_SENTCL_DATA}` is expanded, pooling/bf16 values kept."""
     monkeypatch.setenv("HF_SENTCL_DATA", "/data/senteval")
     recipe = parse_recipe(repo_root / "recipes" / "quickstart.yaml")
     assert recipe.method == "simcse"
@@ -48,8 +48,8 @@ def test_quickstart_values_and_expansion(monkeypatch, tmp_path, repo_root):
     assert recipe.training.learning_rate == pytest.approx(3e-5)
     assert recipe.training.temperature == pytest.approx(0.05)
     assert recipe.data.train_file == "/data/senteval/../wiki1m_subset.txt"
-    assert recipe.model.head == "mlp" and recipe.model.head_at_inference is False
-    assert recipe.training.bf16 is True
+    assert recipe.model.pooling == "mean" and recipe.model.head == "none"
+    assert recipe.training.bf16 is False and recipe.data.eval_bf16 is False
 
 
 def test_yaml_string_float_is_coerced(tmp_path):
