@@ -27,7 +27,7 @@ from hf_sentcl.defaults import resolve_data_dir, resolve_model_name
 from hf_sentcl.evaluate import EvaluationSuites, SuiteResults, check_suites, markdown_report, run_results
 from hf_sentcl.evaluation.mteb import mteb_sts_scores
 from hf_sentcl.evaluation.plots import write_run_plots
-from hf_sentcl.evaluation.report import RUN_LABELS, write_results
+from hf_sentcl.evaluation.report import RUN_LABELS, embedding_note, write_results
 from hf_sentcl.evaluation.transfer import check_transfer_files
 from hf_sentcl.evaluation.sts import STSEvaluator
 from hf_sentcl.hub import HubError, check_hub_settings
@@ -189,11 +189,26 @@ def run(recipe: Recipe) -> dict[str, Any]:
     """Train and evaluate as the recipe says, every stage of a chained method in turn; returns the (last stage's)
     results dict that is also written to disk."""
     validate_recipe(recipe)
+    quiet_progress_bars(recipe)
     stages = get_method(recipe.method).stages(recipe)
     for stage in stages[:-1]:
         run_stage(stage)
         PartialState().wait_for_everyone()  # the next stage loads this stage's export, written by process 0
     return run_stage(stages[-1])
+
+
+def quiet_progress_bars(recipe: Recipe) -> None:
+    """Without a terminal on stderr (a log file, CI output): no progress bars, and Trainer's logs as printed lines.
+
+    Bars redrawn into a file leave carriage returns and cursor-up (`[A`) fragments; `disable_tqdm` set in the recipe
+    is kept.
+    """
+    if sys.stderr.isatty():
+        return
+    if "disable_tqdm" not in recipe.explicit_keys:
+        recipe.training.disable_tqdm = True
+    datasets.disable_progress_bars()
+    transformers.utils.logging.disable_progress_bar()  # weight loading/saving, and huggingface_hub's
 
 
 def run_stage(recipe: Recipe) -> dict[str, Any]:
@@ -230,7 +245,8 @@ def run_stage(recipe: Recipe) -> dict[str, Any]:
     # After the trainer is built, so "before" scores the encoder that trains (CLEAR's from_scratch replaces it).
     if suites.suites and recipe.data.eval_before_training and state.is_main_process:
         final["before"] = evaluate_suites(encoder, suites, recipe)
-        print(markdown_report({RUN_LABELS["before"]: final["before"]}, recipe.data.sts_mode), flush=True)
+        before = markdown_report({RUN_LABELS["before"]: final["before"]}, recipe.data.sts_mode)
+        print(f"{before}\n{embedding_note(encoder)}", flush=True)
     train_output = trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     trained = trainer.accelerator.unwrap_model(trainer.model)
     if args.export_adapter and trainer.is_world_process_zero():
@@ -279,6 +295,7 @@ def run_stage(recipe: Recipe) -> dict[str, Any]:
             {RUN_LABELS[k]: r.stsb_predictions for k, r in final.items() if r.stsb_predictions},
         )
         table = markdown_report({RUN_LABELS[k]: r for k, r in final.items()}, recipe.data.sts_mode)
+        table += "\n" + embedding_note(final_encoder)
         json_path, md_path = write_results(args.output_dir, results, table)
         print("\n" + table, flush=True)
         print(f"\nResults: {json_path} and {md_path}; encoder saved to {args.output_dir}", flush=True)

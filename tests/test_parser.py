@@ -41,7 +41,7 @@ def test_every_recipe_parses(recipe, monkeypatch, tmp_path):
 
 def test_quickstart_values_and_expansion(monkeypatch, tmp_path, repo_root):
     """quickstart.yaml: YAML's `3.0e-5` is a float, the corpus is on the Hub, `${HF_SENTCL_DATA}` in an override is
-    expanded, bf16/head values kept."""
+    expanded, pooling/bf16 values kept."""
     monkeypatch.setenv("HF_SENTCL_DATA", "/data/senteval")
     recipe = parse_recipe(repo_root / "recipes" / "quickstart.yaml")
     assert recipe.method == "simcse"
@@ -51,8 +51,8 @@ def test_quickstart_values_and_expansion(monkeypatch, tmp_path, repo_root):
     assert recipe.data.train_file == "hf://datasets/princeton-nlp/datasets-for-simcse/wiki1m_for_simcse.txt"
     local = parse_recipe(repo_root / "recipes" / "quickstart.yaml", ["--train_file", "${HF_SENTCL_DATA}/../wiki.txt"])
     assert local.data.train_file == "/data/senteval/../wiki.txt"
-    assert recipe.model.head == "mlp" and recipe.model.head_at_inference is False
-    assert recipe.training.bf16 is True
+    assert recipe.model.pooling == "mean" and recipe.model.head == "none"
+    assert recipe.training.bf16 is False and recipe.data.eval_bf16 is False
 
 
 def test_yaml_string_float_is_coerced(tmp_path):

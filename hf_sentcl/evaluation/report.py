@@ -29,6 +29,15 @@ def sts_markdown_table(rows: dict[str, dict[str, float]], mode: str) -> str:
     return "\n".join(lines)
 
 
+def embedding_note(encoder) -> str:
+    """The line under a run's tables saying how every row embeds a sentence: the encoder's evaluation pooling and
+    head, which its saved copy keeps. So a "before training" row is the untouched model embedded that way."""
+    config = encoder.config
+    pooling = config.active_pooling(training=False)
+    head = config.head != "none" and config.head_at_inference and pooling != "cls_before_pooler"
+    return f"Sentence vectors in every row: `{pooling}` pooling, " + (f"`{config.head}` head." if head else "no head.")
+
+
 TRANSFER_NOTE = (
     "Test accuracy (%) of a logistic-regression probe on the frozen sentence vectors (SentEval protocol: nested "
     "stratified k-fold CV for MR/CR/SUBJ/MPQA, the given splits otherwise); MRPC F1 is the F1 of the paraphrase "

@@ -393,7 +393,7 @@ class TransferEvaluator(EncodedSentences):
     def score(self, embeddings: np.ndarray) -> dict[str, dict[str, Any]]:
         """Every task's probe results from the output of `embed`."""
         results = {}
-        for task in tqdm(self.tasks, desc="Transfer probes", leave=False):
+        for task in tqdm(self.tasks, desc="Transfer probes", leave=False, disable=None):  # none without a terminal
             results[task] = self.score_task(task, embeddings)
             logger.info("Transfer %s: accuracy %.2f (model selection %.2f)", task, results[task]["acc"],
                         results[task]["devacc"])

@@ -216,6 +216,7 @@ class SentenceEncoder(PreTrainedModel):
 
         Each distinct sentence is encoded once; sentences are sorted by token length so that each batch pads
         little. `bf16=True` runs the backbone under bf16 autocast (results differ from fp32 by rounding only).
+        `show_progress_bar`: None (default) draws one for long jobs when stderr is a terminal.
         """
         if isinstance(sentences, str):
             raise TypeError("encode() takes a list of sentences; wrap a single sentence in a list.")
@@ -260,13 +261,15 @@ class SentenceEncoder(PreTrainedModel):
         self.eval()
         device = self.device
         use_bf16 = bf16 and (device.type == "cpu" or torch.cuda.is_bf16_supported())
+        # Auto (None): a bar for long jobs, and only on a terminal (tqdm's disable=None), so that logs and CI output
+        # get no redrawn lines, and evaluation inside training no bar nested under Trainer's.
         if show_progress_bar is None:
-            show_progress_bar = len(unique) >= 4 * batch_size
+            disable = None if len(unique) >= 4 * batch_size else True
+        else:
+            disable = not show_progress_bar
         try:
             with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
-                for start in tqdm(
-                    range(0, len(order), batch_size), desc="Encoding", disable=not show_progress_bar, leave=False
-                ):
+                for start in tqdm(range(0, len(order), batch_size), desc="Encoding", disable=disable, leave=False):
                     index = order[start : start + batch_size]
                     batch = self.tokenizer.pad({"input_ids": [tokenized[i] for i in index]}, return_tensors="pt")
                     rows = fn({k: v.to(device, non_blocking=True) for k, v in batch.items()}).float().cpu()
