@@ -59,6 +59,6 @@ def write_results(output_dir: str | Path, results: dict[str, Any], table: str) -
     output_dir.mkdir(parents=True, exist_ok=True)
     json_path = output_dir / "results.json"
     md_path = output_dir / "results.md"
-    json_path.write_text(json.dumps(results, indent=2) + "\n")
+    json_path.write_text(json.dumps(results, indent=2, allow_nan=False) + "\n")
     md_path.write_text(table + "\n")
     return json_path, md_path
