@@ -96,16 +96,17 @@ def resolve_resume(source: str, output_dir: Path, value: str | bool | None) -> s
     return str(path)
 
 
-def check_writable(source: str, folder: Path, key: str = "output_dir") -> None:
-    """Create `folder` if needed and write (then remove) a probe file in it; RecipeError naming `key` if not."""
+def check_writable(folder: Path, label: str) -> None:
+    """Create `folder` if needed and write (then remove) a probe file in it; RecipeError starting with `label`
+    (what names the folder: a recipe key, a CLI option) if that fails."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-probe-"):
             pass
     except OSError as err:
         raise RecipeError(
-            f"{source}: key '{key}': cannot write into '{folder}' ({err.strerror or err}); choose a folder you can "
-            "write to, or fix its permissions."
+            f"{label}: cannot write into '{folder}' ({err.strerror or err}); choose a folder you can write to, or "
+            "fix its permissions."
         ) from None
 
 
@@ -129,7 +130,7 @@ def check_run_folder(recipe: Recipe) -> Recipe:
             "output_dir, resume it with '--resume_from_checkpoint latest', or set 'overwrite_output_dir: true' "
             "to replace it."
         )
-    check_writable(recipe.source, output_dir)
+    check_writable(output_dir, f"{recipe.source}: key 'output_dir'")
     if entries and args.overwrite_output_dir and not is_resume_here and int(os.environ.get("RANK", "0")) == 0:
         for old in output_dir.glob("checkpoint-*"):
             if old.is_dir():
