@@ -176,6 +176,13 @@ class SentCLTrainingArguments(TrainingArguments):
             "RNG states, so resume_from_checkpoint continues exactly as an uninterrupted run would."
         },
     )
+    resume_from_checkpoint: str | bool | None = field(
+        default=None,
+        metadata={
+            "help": "Resume training from this checkpoint-N folder, or 'latest' / true: the latest complete "
+            "checkpoint in output_dir. Checked before the model loads (hf_sentcl.run_folder)."
+        },
+    )
     overwrite_output_dir: bool = field(
         default=False,
         metadata={

@@ -4,8 +4,8 @@
   follows would write NaN into every weight).
 - `CHECKPOINT_COMPLETE`: the mark that a checkpoint was written whole.
 - `check_final_model`: the trained weights must be finite, and the encoder's embeddings of the STS-B dev
-  sentences finite and not collapsed. Collapsed means the mean pairwise cosine similarity of the embeddings is at
-  least `COLLAPSE_COSINE`: every sentence maps to (nearly) the same direction, so no similarity is ranked.
+  sentences finite and not collapsed. Collapsed means their relative spread around their mean is below
+  `COLLAPSE_SPREAD`: every sentence maps to (nearly) the same vector, so similarities rank nothing but noise.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from torch import nn
 
 #: written into checkpoint-N by the trainer once every file of the checkpoint is on disk (see hf_sentcl.run_folder)
 CHECKPOINT_COMPLETE = "checkpoint_complete.json"
-#: mean pairwise cosine similarity of the dev embeddings at or above which a model counts as collapsed
-COLLAPSE_COSINE = 0.999
+#: relative spread of the dev embeddings (see `relative_spread`) below which a model counts as collapsed
+COLLAPSE_SPREAD = 1e-4
 
 
 class TrainingFailure(RuntimeError):
@@ -34,14 +34,14 @@ def check_finite_loss(loss: torch.Tensor, step: int) -> None:
         )
 
 
-def mean_pairwise_cosine(embeddings: np.ndarray) -> float:
-    """Mean cosine similarity over all pairs of distinct rows: (|sum of unit rows|^2 - n) / (n (n - 1))."""
+def relative_spread(embeddings: np.ndarray) -> float:
+    """Root-mean-square distance of the rows from their mean, over the rows' root-mean-square norm: 0 when every
+    sentence gets the same vector, ~1 for isotropic embeddings (a random encoder's anisotropic ones: ~1e-2)."""
     x = np.asarray(embeddings, dtype=np.float64)
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    units = x / np.where(norms > 0, norms, 1.0)
-    n = len(units)
-    total = units.sum(axis=0)
-    return float((total @ total - (norms > 0).sum()) / (n * (n - 1)))
+    scale = np.sqrt((x**2).sum(axis=1).mean())
+    if scale == 0:
+        return 0.0
+    return float(np.sqrt(((x - x.mean(axis=0)) ** 2).sum(axis=1).mean()) / scale)
 
 
 def check_final_model(model: nn.Module, embeddings: np.ndarray) -> None:
@@ -55,10 +55,10 @@ def check_final_model(model: nn.Module, embeddings: np.ndarray) -> None:
         )
     if not np.isfinite(embeddings).all():
         raise TrainingFailure("the trained model's STS-B dev embeddings are not finite; nothing was exported.")
-    cosine = mean_pairwise_cosine(embeddings)
-    if cosine >= COLLAPSE_COSINE:
+    spread = relative_spread(embeddings)
+    if spread < COLLAPSE_SPREAD:
         raise TrainingFailure(
-            f"the trained model collapsed: its STS-B dev embeddings have a mean pairwise cosine similarity of "
-            f"{cosine:.5f} (>= {COLLAPSE_COSINE}), every sentence maps to nearly one vector; nothing was exported. "
+            f"the trained model collapsed: its STS-B dev embeddings lie within {spread:.2e} (relative spread, "
+            f"< {COLLAPSE_SPREAD}) of their mean, every sentence maps to nearly one vector; nothing was exported. "
             "Lower learning_rate or raise temperature."
         )
