@@ -99,6 +99,9 @@ def resolve_resume(source: str, output_dir: Path, value: str | bool | None) -> s
 def check_writable(folder: Path, label: str) -> None:
     """Create `folder` if needed and write (then remove) a probe file in it; RecipeError starting with `label`
     (what names the folder: a recipe key, a CLI option) if that fails."""
+    blocker = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise RecipeError(f"{label}: cannot write into '{folder}': '{blocker}' is a file, not a folder.")
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-probe-"):
