@@ -33,7 +33,8 @@ else:
            "-m", "hf_sentcl.run", str(recipe)]
 def go(out, extra=(), kill_at=None):
     shutil.rmtree(out, ignore_errors=True) if not extra else None
-    p = subprocess.Popen(cmd + ["--output_dir", str(out), *extra], stdout=subprocess.DEVNULL, stderr=open(f"{out}.log", "w"),
+    p = subprocess.Popen(cmd + ["--output_dir", str(out), *extra], stdout=subprocess.DEVNULL,
+                         stderr=open(f"{out}.log", "w"),
                          start_new_session=True)
     if kill_at is None:
         return p.wait()
