@@ -20,6 +20,7 @@ from hf_sentcl.evaluation.report import sts_markdown_table, transfer_markdown_ta
 from hf_sentcl.evaluation.sts import STS_MODES, STS_TASKS, STSEvaluator
 from hf_sentcl.evaluation.transfer import SENTEVAL_SEED, TRANSFER_TASKS, TransferEvaluator, transfer_summary
 from hf_sentcl.modeling import POOLING_MODES, SentenceEncoder
+from hf_sentcl.run_folder import check_writable
 
 EVAL_SUITES = ("sts", "transfer")
 
@@ -157,6 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: --tasks: {err}", file=sys.stderr)
         return 2
     try:
+        if args.output:  # before the model loads and encodes, not after the whole evaluation
+            check_writable(Path(args.output).parent, "--output")
         evaluation = EvaluationSuites(
             resolve_data_dir(args.data_dir), suites, sts_tasks=_names(args.sts_tasks), sts_mode=args.sts_mode,
             sick_split=args.sick_split, transfer_tasks=_names(args.transfer_tasks), kfold=args.kfold,
@@ -195,7 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.output:
         output = Path(args.output)
         output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps(results, indent=2) + "\n")
+        output.write_text(json.dumps(results, indent=2, allow_nan=False) + "\n")
         output.with_suffix(".md").write_text(table + "\n")
         print(f"\nWrote {output} and {output.with_suffix('.md')}")
     return 0

@@ -37,7 +37,9 @@ from hf_sentcl.parser import USAGE as RECIPE_USAGE
 from hf_sentcl.parser import Recipe, RecipeError, merged_values, method_help, parse_recipe
 from hf_sentcl.preflight import BackboneError, backbone_config, max_sequence_length
 from hf_sentcl.push import publish_run
+from hf_sentcl.run_folder import check_run_folder
 from hf_sentcl.run_metadata import run_metadata
+from hf_sentcl.trainers.health import TrainingFailure, check_final_model
 from hf_sentcl.trainers.registry import METHODS, get_method
 
 logger = logging.getLogger("hf_sentcl")
@@ -188,6 +190,7 @@ def evaluate_suites(encoder: SentenceEncoder, suites: EvaluationSuites, recipe: 
 def run(recipe: Recipe) -> dict[str, Any]:
     """Train and evaluate as the recipe says, every stage of a chained method in turn; returns the (last stage's)
     results dict that is also written to disk."""
+    recipe = check_run_folder(recipe)
     validate_recipe(recipe)
     quiet_progress_bars(recipe)
     stages = get_method(recipe.method).stages(recipe)
@@ -252,6 +255,9 @@ def run_stage(recipe: Recipe) -> dict[str, Any]:
     if args.export_adapter and trainer.is_world_process_zero():
         print(f"LoRA adapter saved to {save_adapter(trained, Path(args.output_dir) / ADAPTER_DIRNAME)}", flush=True)
     merge_adapters(trained)  # the saved encoder and its export are plain models (no-op without peft)
+    sharded = trainer.is_fsdp_enabled or is_deepspeed_zero3_enabled()
+    if not sharded:  # every process holds the whole model: refuse a poisoned one before it is saved
+        _check_trained(trained, dev_evaluator, args)
     trainer.save_model(args.output_dir)
 
     results: dict[str, Any] = {
@@ -278,8 +284,9 @@ def run_stage(recipe: Recipe) -> dict[str, Any]:
     if trainer.is_world_process_zero():
         # Without accelerate's mixed-precision forward wrapper, so evaluation precision follows eval_bf16.
         final_encoder = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
-        if trainer.is_fsdp_enabled or is_deepspeed_zero3_enabled():  # sharded weights: use the saved (whole) ones
+        if sharded:  # sharded weights: use the saved (whole) ones
             final_encoder = SentenceEncoder.from_pretrained(args.output_dir)
+            _check_trained(final_encoder, dev_evaluator, args)
         if suites.suites:
             final["after"] = evaluate_suites(final_encoder, suites, recipe)
         results.update(run_results(final))
@@ -303,6 +310,12 @@ def run_stage(recipe: Recipe) -> dict[str, Any]:
     return results
 
 
+def _check_trained(encoder: SentenceEncoder, dev_evaluator: STSEvaluator, args) -> None:
+    """TrainingFailure if the trained encoder's weights or STS-B dev embeddings are non-finite or collapsed."""
+    embeddings = dev_evaluator.embed(encoder, batch_size=args.per_device_eval_batch_size, bf16=args.bf16 or args.fp16)
+    check_final_model(encoder, embeddings)
+
+
 def _best_step(trainer) -> int | None:
     checkpoint = trainer.state.best_model_checkpoint
     return int(checkpoint.rsplit("-", 1)[-1]) if checkpoint else None
@@ -320,11 +333,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     transformers.utils.logging.set_verbosity_warning()
     try:
         recipe = parse_recipe(argv[0], argv[1:])
+        recipe = check_run_folder(recipe)
         validate_recipe(recipe)
     except (RecipeError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    results = run(recipe)
+    try:
+        results = run(recipe)
+    except TrainingFailure as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     return 1 if {"push_error", "export_error"} & set(results.get("export", {})) else 0
 
 

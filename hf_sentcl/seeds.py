@@ -28,6 +28,7 @@ from hf_sentcl.evaluation.report import SHORT_NAMES
 from hf_sentcl.evaluation.sts import STS_TASKS
 from hf_sentcl.parser import Recipe, RecipeError, parse_recipe
 from hf_sentcl.run import run, validate_recipe
+from hf_sentcl.run_folder import check_run_folder
 
 USAGE = "usage: python -m hf_sentcl.seeds RECIPE.yaml --seeds 1,2,3 [--key value ...]"
 
@@ -89,6 +90,7 @@ def seed_recipes(recipe_path: str, seeds: Sequence[int], overrides: Sequence[str
         recipes[seed] = parse_recipe(
             recipe_path, overrides, seed=seed, output_dir=str(root / f"seed-{seed}"), eval_before_training=before
         )
+        recipes[seed] = check_run_folder(recipes[seed])  # a rerun must not replace an earlier seed's run
         validate_recipe(recipes[seed])
     return recipes
 

@@ -99,12 +99,21 @@ def build_tiny_roberta(directory: Path, seed: int = 0, **config_overrides) -> Pa
 
 
 # ---------------------------------------------------------------------------------------------- SentEval layout
+def declare_size(path: Path, pairs: int) -> None:
+    """Record `path`'s number of scored pairs in its folder's sizes.json, which the readers check instead of the
+    sizes of SentEval's own files (`hf_sentcl.evaluation.sts.KNOWN_PAIRS`)."""
+    manifest = path.parent / "sizes.json"
+    sizes = json.loads(manifest.read_text()) if manifest.is_file() else {}
+    manifest.write_text(json.dumps({**sizes, path.name: pairs}))
+
+
 def write_sts_year(root: Path, year: str, subsets: dict[str, list[tuple[str, str, float | None]]]) -> Path:
     """STS/<year>-en-test/STS.input.<subset>.txt (tab-separated pairs) + STS.gs.<subset>.txt (score or empty)."""
     folder = root / "STS" / f"{year}-en-test"
     folder.mkdir(parents=True, exist_ok=True)
     for subset, rows in subsets.items():
         (folder / f"STS.input.{subset}.txt").write_text("".join(f"{a}\t{b}\n" for a, b, _ in rows))
+        declare_size(folder / f"STS.input.{subset}.txt", sum(score is not None for _, _, score in rows))
         (folder / f"STS.gs.{subset}.txt").write_text(
             "".join(("" if score is None else f"{score:.3f}") + "\n" for _, _, score in rows)
         )
@@ -119,6 +128,7 @@ def write_stsb(root: Path, split: str, rows: list[tuple[str, str, float]]) -> Pa
     path.write_text(
         "".join(f"main-captions\tMSRvid\t2012test\t{i:04d}\t{s:.3f}\t{a}\t{b}\n" for i, (a, b, s) in enumerate(rows))
     )
+    declare_size(path, len(rows))
     return path
 
 
@@ -133,6 +143,7 @@ def write_sick(root: Path, split: str, rows: list[tuple[str, str, float]]) -> Pa
     lines += [f"{i + 1}\t{a}\t{b}\t{s:.1f}\tNEUTRAL" for i, (a, b, s) in enumerate(rows)]
     path = folder / SICK_FILES[split]
     path.write_bytes(("\r\n".join(lines) + "\r\n").encode())
+    declare_size(path, len(rows))
     return path
 
 

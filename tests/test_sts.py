@@ -189,3 +189,42 @@ def test_real_senteval_pair_counts(real_data_dir):
     assert counts == {"STS12": 3108, "STS13": 1500, "STS14": 3750, "STS15": 3000, "STS16": 1186,
                       "STSBenchmark": 1379, "SICKRelatedness": 4927}
     assert len(load_sts_task(real_data_dir, "STSBenchmark", "dev")["dev"]) == 1500
+
+
+# ------------------------------------------------------------------------------------------ malformed data
+def test_truncated_stsb_test_names_file_and_counts(tmp_path):
+    """A copy of STS-B test that lost rows: the error names the file, the expected and the actual pair count."""
+    rows = [(f"a {i}", f"b {i}", 1.0 + i % 4) for i in range(8)]
+    path = write_stsb(tmp_path, "test", rows)  # declares 8 scored pairs
+    path.write_text("".join(path.read_text().splitlines(keepends=True)[:5]))
+    with pytest.raises(ValueError, match=r"sts-test\.csv: 5 scored pairs, expected 8"):
+        load_sts_task(tmp_path, "STSBenchmark", "test")
+
+
+def test_known_sizes_apply_without_manifest(tmp_path):
+    """Without a sizes.json the SentEval sizes hold: a 3-row STS-B test is refused against its 1,379 pairs."""
+    path = write_stsb(tmp_path, "test", [("a", "b", 1.0), ("c", "d", 2.0), ("e", "f", 3.0)])
+    (path.parent / "sizes.json").unlink()
+    with pytest.raises(ValueError, match="3 scored pairs, expected 1379"):
+        load_sts_task(tmp_path, "STSBenchmark", "test")
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "x"])
+def test_bad_gold_score_names_line(tmp_path, bad):
+    """A NaN, infinite or non-numeric gold score: the error names the file and its line."""
+    rows = [(f"a {i}", f"b {i}", 1.0) for i in range(4)]
+    path = write_stsb(tmp_path, "dev", rows)
+    lines = path.read_text().splitlines(keepends=True)
+    lines[2] = lines[2].replace("\t1.000\t", f"\t{bad}\t")
+    path.write_text("".join(lines))
+    with pytest.raises(ValueError, match=rf"sts-dev\.csv, line 3: gold score '{bad}' is not"):
+        load_sts_task(tmp_path, "STSBenchmark", "dev")
+
+
+def test_sts_year_row_without_tab_names_line(tmp_path):
+    """A pair line without its tab: file and line named (rows without a gold score are still dropped)."""
+    folder = write_sts_year(tmp_path, "STS12", {"MSRpar": [("a", "b", 1.0), ("c", "d", None), ("e", "f", 2.0)]})
+    path = folder / "STS.input.MSRpar.txt"
+    path.write_text("a\tb\nc\td\nef\n")
+    with pytest.raises(ValueError, match=r"STS\.input\.MSRpar\.txt, line 3: expected 2 tab-separated columns"):
+        load_sts_task(tmp_path, "STS12")

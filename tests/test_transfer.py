@@ -59,7 +59,25 @@ def write_transfer_tasks(root, per_class: int = 12, seed: int = 0):
         rows += [f"{label}\t{i}\t{i + 1}\t{a}\t{b}\n" for label in (0, 1) for i, (a, b) in
                  enumerate(zip(take(n), take(n)))]
         (root / "MRPC" / f"msr_paraphrase_{split}.txt").write_text("".join(rows), encoding="utf-8")
+    declare_sizes(root)
     return root
+
+
+def declare_sizes(root):
+    """sizes.json in each task folder with its files' row counts (the readers check them instead of SentEval's)."""
+    for folder in {(root / name).parent for names in transfer.TRANSFER_FILES.values() for name in names}:
+        rows = {p.name: len(p.read_bytes().splitlines()) - p.name.startswith("msr_") for p in folder.iterdir()
+                if p.is_file() and p.name != "sizes.json"}
+        (folder / "sizes.json").write_text(json.dumps(rows))
+
+
+def test_truncated_transfer_file_refused(tmp_path):
+    """A transfer file that lost rows (no sizes.json: SentEval's sizes): file, expected and actual count named."""
+    (tmp_path / "TREC").mkdir()
+    for name in ("train_5500.label", "TREC_10.label"):
+        (tmp_path / "TREC" / name).write_text("NUM:dist How far is it ?\n")
+    with pytest.raises(ValueError, match=r"train_5500\.label: 1 questions, expected 5452"):
+        transfer.load_transfer_task(tmp_path, "TREC")
 
 
 @pytest.fixture(scope="module")

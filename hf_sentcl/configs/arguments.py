@@ -194,7 +194,25 @@ class SentCLTrainingArguments(TrainingArguments):
     )
     report_to: None | str | list[str] = field(default="none", metadata={"help": "Trackers: none, tensorboard, ..."})
     save_only_model: bool = field(
-        default=True, metadata={"help": "Checkpoints hold the weights only (no optimizer state)."}
+        default=False,
+        metadata={
+            "help": "Checkpoints hold the weights only. Off (default): they also hold the optimizer, scheduler and "
+            "RNG states, so resume_from_checkpoint continues exactly as an uninterrupted run would."
+        },
+    )
+    resume_from_checkpoint: str | bool | None = field(
+        default=None,
+        metadata={
+            "help": "Resume training from this checkpoint-N folder, or 'latest' / true: the latest complete "
+            "checkpoint in output_dir. Checked before the model loads (hf_sentcl.run_folder)."
+        },
+    )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Allow a new run into an output_dir that already holds a run (results, model, checkpoints, "
+            "export); its checkpoints are removed first. Off: such a run is refused unless it resumes from it."
+        },
     )
     push_to_hub: bool = field(default=False, metadata={"help": "Upload the exported encoder at the end."})
     # Off: every trained weight gets a gradient each step (the trainer freezes the backbone's unused pooler), and

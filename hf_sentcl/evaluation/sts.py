@@ -7,6 +7,8 @@ SimCSE/ConSERT/MTEB convention), `mean` averages per-subset correlations, `wmean
 
 from __future__ import annotations
 
+import json
+import math
 import os
 from dataclasses import dataclass
 from functools import cached_property
@@ -30,6 +32,67 @@ STS_YEAR_SUBSETS = {
 }
 
 
+#: Scored pairs of each SentEval STS file, keyed "folder/file": rows without a gold score are dropped (SentEval's
+#: convention) and not counted. A file of another size is refused, so a truncated or altered copy cannot quietly
+#: change the scores. A folder may declare other sizes in `SIZES_FILE` ({"file name": pairs}; test layouts do).
+KNOWN_PAIRS = {
+    "STS12-en-test/STS.input.MSRpar.txt": 750, "STS12-en-test/STS.input.MSRvid.txt": 750,
+    "STS12-en-test/STS.input.SMTeuroparl.txt": 459, "STS12-en-test/STS.input.surprise.OnWN.txt": 750,
+    "STS12-en-test/STS.input.surprise.SMTnews.txt": 399,
+    "STS13-en-test/STS.input.FNWN.txt": 189, "STS13-en-test/STS.input.headlines.txt": 750,
+    "STS13-en-test/STS.input.OnWN.txt": 561,
+    "STS14-en-test/STS.input.deft-forum.txt": 450, "STS14-en-test/STS.input.deft-news.txt": 300,
+    "STS14-en-test/STS.input.headlines.txt": 750, "STS14-en-test/STS.input.images.txt": 750,
+    "STS14-en-test/STS.input.OnWN.txt": 750, "STS14-en-test/STS.input.tweet-news.txt": 750,
+    "STS15-en-test/STS.input.answers-forums.txt": 375, "STS15-en-test/STS.input.answers-students.txt": 750,
+    "STS15-en-test/STS.input.belief.txt": 375, "STS15-en-test/STS.input.headlines.txt": 750,
+    "STS15-en-test/STS.input.images.txt": 750,
+    "STS16-en-test/STS.input.answer-answer.txt": 254, "STS16-en-test/STS.input.headlines.txt": 249,
+    "STS16-en-test/STS.input.plagiarism.txt": 230, "STS16-en-test/STS.input.postediting.txt": 244,
+    "STS16-en-test/STS.input.question-question.txt": 209,
+    "STSBenchmark/sts-train.csv": 5749, "STSBenchmark/sts-dev.csv": 1500, "STSBenchmark/sts-test.csv": 1379,
+    "SICK/SICK_train.txt": 4500, "SICK/SICK_trial.txt": 500, "SICK/SICK_test_annotated.txt": 4927,
+}
+SIZES_FILE = "sizes.json"
+
+
+def expected_size(path: Path, known: dict[str, int]) -> int | None:
+    """The size `path` must have: from its folder's `SIZES_FILE` if there is one, else from `known`."""
+    manifest = path.parent / SIZES_FILE
+    if manifest.is_file():
+        return json.loads(manifest.read_text()).get(path.name)
+    return known.get(f"{path.parent.name}/{path.name}")
+
+
+def check_size(path: Path, actual: int, known: dict[str, int], what: str = "scored pairs") -> None:
+    """ValueError naming `path` if it holds another number of rows than SentEval's copy (see `KNOWN_PAIRS`)."""
+    expected = expected_size(path, known)
+    if expected is not None and actual != expected:
+        raise ValueError(
+            f"{path}: {actual} {what}, expected {expected} (the size of SentEval's copy); the file is truncated or "
+            f"altered. Restore it from SentEval (or declare its size in {path.parent / SIZES_FILE})."
+        )
+
+
+def split_row(line: str, path: Path, number: int, columns: int) -> list[str]:
+    """The tab-separated fields of line `number` of `path`; ValueError naming both if it has fewer than `columns`."""
+    fields = line.split("\t")
+    if len(fields) < columns:
+        raise ValueError(f"{path}, line {number}: expected {columns} tab-separated columns, found {len(fields)}.")
+    return fields
+
+
+def gold_score(text: str, path: Path, number: int) -> float:
+    """A finite gold score; ValueError naming the file and line otherwise."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{path}, line {number}: gold score '{text.strip()}' is not a number.") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{path}, line {number}: gold score '{text.strip()}' is not finite.")
+    return value
+
+
 @dataclass
 class STSPairs:
     """Sentence pairs with gold scores."""
@@ -51,40 +114,43 @@ def read_lines(path: Path, kind: str = "STS", encoding: str = "utf-8") -> list[s
 
 def read_sts_year_subset(folder: Path, subset: str) -> STSPairs:
     """Read one `STS.input.<subset>.txt` / `STS.gs.<subset>.txt` pair, dropping rows without a gold score."""
-    inputs = read_lines(folder / f"STS.input.{subset}.txt")
-    gold = read_lines(folder / f"STS.gs.{subset}.txt")
+    input_path, gold_path = folder / f"STS.input.{subset}.txt", folder / f"STS.gs.{subset}.txt"
+    inputs, gold = read_lines(input_path), read_lines(gold_path)
     if len(inputs) != len(gold):
         raise ValueError(f"{folder}: subset '{subset}' has {len(inputs)} pairs but {len(gold)} gold lines.")
     s1, s2, scores = [], [], []
-    for pair, score in zip(inputs, gold):
+    for number, (pair, score) in enumerate(zip(inputs, gold), start=1):
         if not score.strip():
             continue
-        a, b = pair.split("\t")[:2]
+        a, b = split_row(pair, input_path, number, 2)[:2]
         s1.append(a)
         s2.append(b)
-        scores.append(float(score))
+        scores.append(gold_score(score, gold_path, number))
+    check_size(input_path, len(scores), KNOWN_PAIRS)
     return STSPairs(s1, s2, np.asarray(scores, dtype=np.float64))
 
 
 def read_stsbenchmark(path: Path) -> STSPairs:
     """Read SentEval's `sts-{train,dev,test}.csv` (tab-separated; score in column 5, sentences in 6 and 7)."""
     s1, s2, scores = [], [], []
-    for line in read_lines(path):
-        columns = line.split("\t")
+    for number, line in enumerate(read_lines(path), start=1):
+        columns = split_row(line, path, number, 7)
         s1.append(columns[5])
         s2.append(columns[6])
-        scores.append(float(columns[4]))
+        scores.append(gold_score(columns[4], path, number))
+    check_size(path, len(scores), KNOWN_PAIRS)
     return STSPairs(s1, s2, np.asarray(scores, dtype=np.float64))
 
 
 def read_sick(path: Path) -> STSPairs:
     """Read a SICK file (header line; sentence_A, sentence_B, relatedness_score)."""
     s1, s2, scores = [], [], []
-    for line in read_lines(path)[1:]:
-        columns = line.split("\t")
+    for number, line in enumerate(read_lines(path)[1:], start=2):
+        columns = split_row(line, path, number, 4)
         s1.append(columns[1])
         s2.append(columns[2])
-        scores.append(float(columns[3]))
+        scores.append(gold_score(columns[3], path, number))
+    check_size(path, len(scores), KNOWN_PAIRS)
     return STSPairs(s1, s2, np.asarray(scores, dtype=np.float64))
 
 

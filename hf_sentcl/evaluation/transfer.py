@@ -36,7 +36,7 @@ from threadpoolctl import ThreadpoolController
 from tqdm.auto import tqdm
 
 from hf_sentcl.defaults import resolve_data_dir
-from hf_sentcl.evaluation.sts import EncodedSentences, read_lines
+from hf_sentcl.evaluation.sts import EncodedSentences, check_size, read_lines
 
 logger = logging.getLogger("hf_sentcl")
 
@@ -57,6 +57,17 @@ TRANSFER_FILES = {
     "SST2": ("SST/binary/sentiment-train", "SST/binary/sentiment-dev", "SST/binary/sentiment-test"),
     "TREC": ("TREC/train_5500.label", "TREC/TREC_10.label"),
     "MRPC": ("MRPC/msr_paraphrase_train.txt", "MRPC/msr_paraphrase_test.txt"),
+}
+
+
+#: Rows of each SentEval transfer file, keyed "folder/file" (MRPC: pairs, without the header). A file of another
+#: size is refused (see `hf_sentcl.evaluation.sts.check_size`; a folder's sizes.json may declare other sizes).
+KNOWN_ROWS = {
+    "MR/rt-polarity.pos": 5331, "MR/rt-polarity.neg": 5331, "CR/custrev.pos": 2407, "CR/custrev.neg": 1368,
+    "SUBJ/subj.objective": 5000, "SUBJ/subj.subjective": 5000, "MPQA/mpqa.pos": 3312, "MPQA/mpqa.neg": 7294,
+    "binary/sentiment-train": 67349, "binary/sentiment-dev": 872, "binary/sentiment-test": 1821,
+    "TREC/train_5500.label": 5452, "TREC/TREC_10.label": 500,
+    "MRPC/msr_paraphrase_train.txt": 4076, "MRPC/msr_paraphrase_test.txt": 1725,
 }
 
 
@@ -106,6 +117,8 @@ def read_binary_task(positive: Path, negative: Path) -> LabeledSentences:
     """
     pos = [_normalize_whitespace(line) for line in read_lines(positive, "Transfer", "latin-1")]
     neg = [_normalize_whitespace(line) for line in read_lines(negative, "Transfer", "latin-1")]
+    check_size(positive, len(pos), KNOWN_ROWS, "sentences")
+    check_size(negative, len(neg), KNOWN_ROWS, "sentences")
     return _labeled(pos + neg, [1] * len(pos) + [0] * len(neg))
 
 
@@ -118,6 +131,7 @@ def read_sst_binary(path: Path) -> LabeledSentences:
             raise ValueError(f"{path}:{number}: expected 'sentence<TAB>0|1', got {line[:80]!r}.")
         sentences.append(_normalize_whitespace(text))
         labels.append(int(label))
+    check_size(path, len(labels), KNOWN_ROWS, "sentences")
     return _labeled(sentences, labels)
 
 
@@ -134,6 +148,7 @@ def read_trec(path: Path) -> LabeledSentences:
             )
         sentences.append(_normalize_whitespace(question))
         labels.append(TREC_CLASSES.index(coarse))
+    check_size(path, len(labels), KNOWN_ROWS, "questions")
     return _labeled(sentences, labels)
 
 
@@ -151,6 +166,7 @@ def read_mrpc(path: Path) -> LabeledPairs:
         labels.append(int(columns[0]))
         first.append(_normalize_whitespace(columns[3]))
         second.append(_normalize_whitespace(columns[4]))
+    check_size(path, len(labels), KNOWN_ROWS, "pairs")
     order = sorted(range(len(labels)), key=lambda i: (len(first[i].split()), len(second[i].split()), labels[i]))
     return LabeledPairs(
         [first[i] for i in order], [second[i] for i in order], np.asarray([labels[i] for i in order], dtype=np.int64)

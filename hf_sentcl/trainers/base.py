@@ -33,14 +33,17 @@ Under FSDP or DeepSpeed ZeRO-3 weights used outside the forward are sharded: suc
 
 from __future__ import annotations
 
+import json
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 from transformers import Trainer
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from hf_sentcl.distributed import gather_with_grad, world_size
 from hf_sentcl.evaluation.alignment import sts_alignment_uniformity
@@ -48,6 +51,7 @@ from hf_sentcl.evaluation.sts import STSEvaluator
 from hf_sentcl.modeling.fast_dropout import use_fast_dropout
 from hf_sentcl.trainers.cached import cached_training_step
 from hf_sentcl.trainers.callbacks import TrainingCostCallback
+from hf_sentcl.trainers.health import CHECKPOINT_COMPLETE, check_finite_loss
 from hf_sentcl.trainers.length_buckets import forward_in_length_buckets
 
 
@@ -252,8 +256,25 @@ class ContrastiveTrainer(Trainer):
         """`Trainer.training_step`, or the cached step (`hf_sentcl.trainers.cached`) when `mini_batch_size` splits
         the batch."""
         if self.uses_cached_step(inputs):
-            return cached_training_step(self, model, inputs)
-        return super().training_step(model, inputs, num_items_in_batch)
+            loss = cached_training_step(self, model, inputs)
+        else:
+            loss = super().training_step(model, inputs, num_items_in_batch)
+        check_finite_loss(loss, self.state.global_step)  # before the optimizer step writes NaN into the weights
+        return loss
+
+    # ------------------------------------------------------------------ checkpoints
+    def _save_checkpoint(self, model, trial) -> None:
+        """Trainer's checkpoint, then the completion mark (`hf_sentcl.run_folder.CHECKPOINT_COMPLETE`) once every
+        process has written its files: a checkpoint cut off while being written has no mark and is never resumed
+        from. A mark left from an earlier write of the same folder is removed first."""
+        folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        mark = folder / CHECKPOINT_COMPLETE
+        if self.args.should_save:
+            mark.unlink(missing_ok=True)
+        super()._save_checkpoint(model, trial)
+        self.accelerator.wait_for_everyone()
+        if self.args.should_save and folder.is_dir():  # rotation may have removed it (save_total_limit)
+            mark.write_text(json.dumps({"global_step": self.state.global_step}) + "\n")
 
     # ------------------------------------------------------------------ logging of loss components
     def record_metrics(self, components: dict[str, torch.Tensor]) -> None:

@@ -1,0 +1,143 @@
+"""Run-folder checks made before a model loads: is output_dir writable, does it already hold a run, and which
+checkpoint does `resume_from_checkpoint` mean.
+
+A folder "holds a run" when it has any of `RUN_ENTRIES` (results, a saved encoder, checkpoints, an export, a
+chained method's stage folder, a multi-seed run's seed folders). A new run into it is refused unless
+`overwrite_output_dir: true` or the run resumes from a checkpoint inside it, so a rerun never replaces or rotates
+away an earlier run's results, model, export or checkpoints by accident.
+
+A checkpoint is complete when the trainer marked it so (`CHECKPOINT_COMPLETE`, written after every process has
+written its files, see `ContrastiveTrainer._save_checkpoint`) and holds the files an exact resume needs. A
+checkpoint without the mark was cut off while being written (a crash, a full disk) and is never resumed from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+from hf_sentcl.parser import Recipe, RecipeError
+from hf_sentcl.trainers.health import CHECKPOINT_COMPLETE
+#: names (glob patterns) whose presence in output_dir means it holds a finished or partial run
+RUN_ENTRIES = (
+    "results.json", "results.md", "model.safetensors", "pytorch_model.bin", "*.safetensors.index.json",
+    "checkpoint-*", "export", "stage-*", "seed-*", "seeds.json", "adapter",
+)
+#: `resume_from_checkpoint` values that mean "the latest complete checkpoint in output_dir"
+LATEST = ("latest", "true")
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+
+
+def missing_checkpoint_files(checkpoint: Path) -> list[str]:
+    """What an exact resume needs and `checkpoint` lacks (empty when it is complete)."""
+    names = {p.name for p in checkpoint.iterdir()} if checkpoint.is_dir() else set()
+    missing = [n for n in ("trainer_state.json", "optimizer.pt", "scheduler.pt") if n not in names]
+    if not any(n.startswith("rng_state") and n.endswith(".pth") for n in names):
+        missing.append("rng_state*.pth")
+    if not any(n.endswith((".safetensors", ".bin")) and not n.startswith(("optimizer", "rng_state")) for n in names):
+        missing.append("model weights (model.safetensors)")
+    if CHECKPOINT_COMPLETE not in names:
+        missing.append(f"{CHECKPOINT_COMPLETE} (the completion mark: the checkpoint was cut off while being written)")
+    return missing
+
+
+def latest_complete_checkpoint(folder: Path) -> Path | None:
+    """The complete checkpoint-N of `folder` with the largest N (transformers' `get_last_checkpoint` would also
+    take a half-written one)."""
+    if not folder.is_dir():
+        return None
+    steps = sorted(
+        ((int(m.group(1)), p) for p in folder.iterdir() if p.is_dir() and (m := _CHECKPOINT.match(p.name))),
+        reverse=True,
+    )
+    return next((path for _, path in steps if not missing_checkpoint_files(path)), None)
+
+
+def run_entries(folder: Path) -> list[str]:
+    """The entries of `folder` that show it holds a run (sorted names)."""
+    if not folder.is_dir():
+        return []
+    return sorted({p.name for pattern in RUN_ENTRIES for p in folder.glob(pattern)})
+
+
+def resolve_resume(source: str, output_dir: Path, value: str | bool | None) -> str | None:
+    """`resume_from_checkpoint` as a checked path (or None): `latest`/`true` pick the latest complete checkpoint of
+    output_dir (or of its stage-1 folder, where a chained method's first stage was cut off); a path must be a
+    complete checkpoint."""
+    text = str(value).strip() if value is not None else ""
+    if text.lower() in ("", "false", "none"):
+        return None
+    if text.lower() in LATEST:
+        from hf_sentcl.trainers.consert import STAGE_DIRNAME
+
+        found = latest_complete_checkpoint(output_dir) or latest_complete_checkpoint(output_dir / STAGE_DIRNAME)
+        if found is None:
+            raise RecipeError(
+                f"{source}: key 'resume_from_checkpoint' is '{text}' but output_dir '{output_dir}' holds no complete "
+                "checkpoint-N folder; start the run without resume_from_checkpoint, or name a checkpoint folder."
+            )
+        return str(found)
+    path = Path(text).expanduser()
+    if not path.is_dir():
+        raise RecipeError(
+            f"{source}: key 'resume_from_checkpoint': checkpoint folder '{text}' does not exist; name a checkpoint-N "
+            f"folder of an earlier run, or use 'latest'."
+        )
+    missing = missing_checkpoint_files(path)
+    if missing:
+        raise RecipeError(
+            f"{source}: key 'resume_from_checkpoint': checkpoint '{text}' is incomplete, it lacks "
+            f"{', '.join(missing)}; resume from an earlier complete checkpoint ('latest' picks one)."
+        )
+    return str(path)
+
+
+def check_writable(folder: Path, label: str) -> None:
+    """Create `folder` if needed and write (then remove) a probe file in it; RecipeError starting with `label`
+    (what names the folder: a recipe key, a CLI option) if that fails."""
+    blocker = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise RecipeError(f"{label}: cannot write into '{folder}': '{blocker}' is a file, not a folder.")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-probe-"):
+            pass
+    except OSError as err:
+        raise RecipeError(
+            f"{label}: cannot write into '{folder}' ({err.strerror or err}); choose a folder you can write to, or "
+            "fix its permissions."
+        ) from None
+
+
+def check_run_folder(recipe: Recipe) -> Recipe:
+    """Check output_dir and resume_from_checkpoint before any work; returns the recipe with
+    `resume_from_checkpoint` resolved to a checkpoint folder (or None). Raises RecipeError naming the key and
+    what to do. With `overwrite_output_dir: true`, earlier checkpoint-N folders are removed (the main process
+    only) so that neither a later `latest` resume nor checkpoint rotation mixes them with the new run; the
+    other files are replaced as the new run writes them."""
+    args = recipe.training
+    if not args.output_dir:
+        return recipe  # validate_recipe names the missing key
+    output_dir = Path(args.output_dir).expanduser()
+    resume = resolve_resume(recipe.source, output_dir, args.resume_from_checkpoint)
+    entries = run_entries(output_dir)
+    is_resume_here = resume is not None and Path(resume).resolve().is_relative_to(output_dir.resolve())
+    if entries and not is_resume_here and not args.overwrite_output_dir:
+        shown = ", ".join(entries[:6]) + (", ..." if len(entries) > 6 else "")
+        raise RecipeError(
+            f"{recipe.source}: key 'output_dir': '{output_dir}' already holds a run ({shown}). Choose another "
+            "output_dir, resume it with '--resume_from_checkpoint latest', or set 'overwrite_output_dir: true' "
+            "to replace it."
+        )
+    check_writable(output_dir, f"{recipe.source}: key 'output_dir'")
+    if entries and args.overwrite_output_dir and not is_resume_here and int(os.environ.get("RANK", "0")) == 0:
+        for old in output_dir.glob("checkpoint-*"):
+            if old.is_dir():
+                shutil.rmtree(old)
+    if resume == args.resume_from_checkpoint:
+        return recipe
+    return dataclasses.replace(recipe, training=dataclasses.replace(args, resume_from_checkpoint=resume))

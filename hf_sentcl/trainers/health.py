@@ -1,0 +1,64 @@
+"""Checks that keep a poisoned model from being saved, exported or published.
+
+- `check_finite_loss`: a NaN/inf training loss stops training at the step it appears (the optimizer step that
+  follows would write NaN into every weight).
+- `CHECKPOINT_COMPLETE`: the mark that a checkpoint was written whole.
+- `check_final_model`: the trained weights must be finite, and the encoder's embeddings of the STS-B dev
+  sentences finite and not collapsed. Collapsed means their relative spread around their mean is below
+  `COLLAPSE_SPREAD`: every sentence maps to (nearly) the same vector, so similarities rank nothing but noise.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+#: written into checkpoint-N by the trainer once every file of the checkpoint is on disk (see hf_sentcl.run_folder)
+CHECKPOINT_COMPLETE = "checkpoint_complete.json"
+#: relative spread of the dev embeddings (see `relative_spread`) below which a model counts as collapsed
+COLLAPSE_SPREAD = 1e-4
+
+
+class TrainingFailure(RuntimeError):
+    """Training produced a model that must not be published; the CLI prints it and exits 1."""
+
+
+def check_finite_loss(loss: torch.Tensor, step: int) -> None:
+    """Raise TrainingFailure if `loss` (a scalar) is NaN or infinite."""
+    if not torch.isfinite(loss.detach()).all():
+        raise TrainingFailure(
+            f"training loss is {loss.detach().float().item()} at step {step + 1}: training stopped before the "
+            "optimizer step, nothing was exported. Lower learning_rate, check temperature and the other loss "
+            "settings, or turn off bf16/fp16; checkpoints written before this step are intact."
+        )
+
+
+def relative_spread(embeddings: np.ndarray) -> float:
+    """Root-mean-square distance of the rows from their mean, over the rows' root-mean-square norm: 0 when every
+    sentence gets the same vector, ~1 for isotropic embeddings (a random encoder's anisotropic ones: ~1e-2)."""
+    x = np.asarray(embeddings, dtype=np.float64)
+    scale = np.sqrt((x**2).sum(axis=1).mean())
+    if scale == 0:
+        return 0.0
+    return float(np.sqrt(((x - x.mean(axis=0)) ** 2).sum(axis=1).mean()) / scale)
+
+
+def check_final_model(model: nn.Module, embeddings: np.ndarray) -> None:
+    """Raise TrainingFailure if `model` has non-finite weights or `embeddings` (of distinct dev sentences) are
+    non-finite or collapsed (see the module docstring)."""
+    bad = [name for name, p in model.named_parameters() if not torch.isfinite(p.detach()).all()]
+    if bad:
+        raise TrainingFailure(
+            f"the trained model has non-finite weights in {len(bad)} tensor(s) (first: {bad[0]}); nothing was "
+            "exported. Lower learning_rate or check the loss settings (temperature, margins)."
+        )
+    if not np.isfinite(embeddings).all():
+        raise TrainingFailure("the trained model's STS-B dev embeddings are not finite; nothing was exported.")
+    spread = relative_spread(embeddings)
+    if spread < COLLAPSE_SPREAD:
+        raise TrainingFailure(
+            f"the trained model collapsed: its STS-B dev embeddings lie within {spread:.2e} (relative spread, "
+            f"< {COLLAPSE_SPREAD}) of their mean, every sentence maps to nearly one vector; nothing was exported. "
+            "Lower learning_rate or raise temperature."
+        )
