@@ -190,8 +190,8 @@ def evaluate_suites(encoder: SentenceEncoder, suites: EvaluationSuites, recipe: 
 def run(recipe: Recipe) -> dict[str, Any]:
     """Train and evaluate as the recipe says, every stage of a chained method in turn; returns the (last stage's)
     results dict that is also written to disk."""
-    recipe = check_run_folder(recipe)
     validate_recipe(recipe)
+    recipe = check_run_folder(recipe)  # after the recipe's own checks: it creates output_dir to probe it
     quiet_progress_bars(recipe)
     stages = get_method(recipe.method).stages(recipe)
     for stage in stages[:-1]:
@@ -333,8 +333,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     transformers.utils.logging.set_verbosity_warning()
     try:
         recipe = parse_recipe(argv[0], argv[1:])
-        recipe = check_run_folder(recipe)
         validate_recipe(recipe)
+        recipe = check_run_folder(recipe)
     except (RecipeError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

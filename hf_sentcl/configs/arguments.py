@@ -200,7 +200,7 @@ class SentCLTrainingArguments(TrainingArguments):
             "RNG states, so resume_from_checkpoint continues exactly as an uninterrupted run would."
         },
     )
-    resume_from_checkpoint: str | bool | None = field(
+    resume_from_checkpoint: str | None = field(
         default=None,
         metadata={
             "help": "Resume training from this checkpoint-N folder, or 'latest' / true: the latest complete "
