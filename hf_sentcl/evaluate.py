@@ -19,6 +19,7 @@ from hf_sentcl.evaluation.plots import stsb_predictions
 from hf_sentcl.evaluation.report import sts_markdown_table, transfer_markdown_table
 from hf_sentcl.evaluation.sts import STS_MODES, STS_TASKS, STSEvaluator
 from hf_sentcl.evaluation.transfer import SENTEVAL_SEED, TRANSFER_TASKS, TransferEvaluator, transfer_summary
+from hf_sentcl.evaluation.whitening import WHITENING_FITS, WhiteningSpec, whitened_sts_scores
 from hf_sentcl.modeling import POOLING_MODES, SentenceEncoder
 
 EVAL_SUITES = ("sts", "transfer")
@@ -40,6 +41,8 @@ class SuiteResults:
     stsb_predictions: dict[str, list[float]] | None = None
     transfer: dict[str, float] | None = None
     transfer_details: dict[str, dict[str, Any]] | None = None
+    #: the STS scores after whitening the embeddings (`whitening`), beside the plain ones
+    sts_whitened: dict[str, float] | None = None
 
 
 class EvaluationSuites:
@@ -60,10 +63,14 @@ class EvaluationSuites:
         kfold: int = 10,
         seed: int = SENTEVAL_SEED,
         probe_jobs: int = 1,
+        whitening: WhiteningSpec | None = None,
     ):
         check_suites(suites)
+        if whitening is not None:
+            whitening.check()
         self.suites = tuple(suites)
         self.sts_mode = sts_mode
+        self.whitening = whitening
         self.sts = (
             STSEvaluator(data_dir, tasks=tuple(sts_tasks), mode=sts_mode, sick_split=sick_split)
             if "sts" in suites else None
@@ -78,6 +85,10 @@ class EvaluationSuites:
         if self.sts is not None:
             embeddings = self.sts.embed(encoder, batch_size=batch_size, bf16=bf16)
             results.sts = self.sts.score(embeddings)
+            if self.whitening is not None:
+                results.sts_whitened = whitened_sts_scores(
+                    self.sts, embeddings, self.whitening, encoder, batch_size=batch_size, bf16=bf16
+                )
             if "STSBenchmark" in self.sts.data:
                 results.stsb_predictions = stsb_predictions(self.sts, embeddings)
         if self.transfer is not None:
@@ -86,10 +97,16 @@ class EvaluationSuites:
         return results
 
 
-def markdown_report(rows: Mapping[str, SuiteResults], sts_mode: str) -> str:
-    """The STS and transfer tables (those that were run) of labelled results, one row per label."""
+def markdown_report(rows: Mapping[str, SuiteResults], sts_mode: str, whitening: WhiteningSpec | None = None) -> str:
+    """The STS and transfer tables (those that were run) of labelled results, one row per label (and one more per
+    label for whitened STS scores)."""
     tables = []
-    sts = {label: r.sts for label, r in rows.items() if r.sts is not None}
+    sts = {}
+    for label, r in rows.items():
+        if r.sts is not None:
+            sts[label] = r.sts
+        if r.sts_whitened is not None:
+            sts[f"{label}, {whitening.describe() if whitening else 'whitened'}"] = r.sts_whitened
     if sts:
         tables.append(sts_markdown_table(sts, sts_mode))
     transfer = {label: r.transfer for label, r in rows.items() if r.transfer is not None}
@@ -102,6 +119,9 @@ def run_results(final: Mapping[str, SuiteResults]) -> dict[str, Any]:
     """A run's `results.json` entries from its 'before'/'after' evaluations (`RUN_LABELS`): `sts` (always, maybe
     empty) and, when transfer tasks ran, `transfer` (table rows) and `transfer_details` (per-task probe results)."""
     results: dict[str, Any] = {"sts": {k: r.sts for k, r in final.items() if r.sts is not None}}
+    whitened = {k: r.sts_whitened for k, r in final.items() if r.sts_whitened is not None}
+    if whitened:
+        results["sts_whitened"] = whitened
     transfer = {k: r.transfer for k, r in final.items() if r.transfer is not None}
     if transfer:
         results["transfer"] = transfer
@@ -136,6 +156,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--probe-jobs", type=int, default=1, help="Processes fitting transfer probes in parallel (same results)."
     )
+    parser.add_argument(
+        "--whitening", default=None, metavar="FIT",
+        help=f"Also score STS after whitening (Su et al. 2021) fitted on FIT: {' or '.join(WHITENING_FITS)} "
+        "(eval: every evaluation sentence, task: each task's own) or a text file, one sentence per line.",
+    )
+    parser.add_argument("--whitening-dims", type=int, default=None, help="Keep k whitened dimensions (default all).")
     parser.add_argument("--data-dir", default=None, help="SentEval-format directory (default: $HF_SENTCL_DATA).")
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--bf16", action="store_true", help="Encode under bf16 autocast.")
@@ -152,11 +178,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as err:
         print(f"error: --tasks: {err}", file=sys.stderr)
         return 2
+    whitening = None
+    if args.whitening is not None or args.whitening_dims is not None:
+        whitening = WhiteningSpec(args.whitening or "eval", args.whitening_dims)
     try:
         evaluation = EvaluationSuites(
             resolve_data_dir(args.data_dir), suites, sts_tasks=_names(args.sts_tasks), sts_mode=args.sts_mode,
             sick_split=args.sick_split, transfer_tasks=_names(args.transfer_tasks), kfold=args.kfold,
-            probe_jobs=args.probe_jobs,
+            probe_jobs=args.probe_jobs, whitening=whitening,
         )
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -182,11 +211,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         # STS scores stay top-level keys, as before transfer tasks existed
         **{k: round(v, 4) for k, v in (measured.sts or {}).items()},
     }
+    if measured.sts_whitened is not None:
+        results["whitening"] = {"fit": whitening.fit, "dims": whitening.dims}
+        results["whitened"] = {k: round(v, 4) for k, v in measured.sts_whitened.items()}
     if measured.transfer is not None:
         results["transfer"] = {k: round(v, 4) for k, v in measured.transfer.items()}
         results["transfer_details"] = measured.transfer_details
         results["kfold"] = args.kfold
-    table = markdown_report({f"{args.model} ({pooling})": measured}, args.sts_mode)
+    table = markdown_report({f"{args.model} ({pooling})": measured}, args.sts_mode, whitening)
     print(table)
     if args.output:
         output = Path(args.output)

@@ -58,6 +58,7 @@ KNOWN_TRAIN_FILES = {
 UNLABELED_STS_DATASETS = {
     "stsb": ["mteb/stsbenchmark-sts"],
     "all": [dataset for dataset, _, _ in MTEB_STS_DATASETS.values()],
+    "all-scored": [dataset for dataset, _, _ in MTEB_STS_DATASETS.values()],
 }
 
 CITATIONS = {
@@ -188,6 +189,8 @@ def training_data_summary(recipe: Recipe, num_examples: int | None, text_columns
         "name": name,
         "examples": num_examples,
         "max_train_samples": data.max_train_samples,
+        "train_subset_size": data.train_subset_size,
+        "train_subset_seed": data.train_subset_seed if data.train_subset_size is not None else None,
         "max_seq_length": data.max_seq_length,
         "columns": list(text_columns),
     }

@@ -84,7 +84,8 @@ class DataArguments:
         default=None,
         metadata={
             "help": "Train on the unlabeled sentences of STS sets from the data directory instead of a file: "
-            "'stsb' (STS-B train+dev+test, the SG-BERT setting) or 'all' (the 7 STS tasks, the ConSERT setting)."
+            "'stsb' (STS-B train+dev+test, the SG-BERT setting), 'all' (every input row of the 7 STS tasks, scored "
+            "or not: ConSERT's 89,192 texts, 48,699 distinct) or 'all-scored' (only the scored rows: 30,840)."
         },
     )
     dataset_config_name: str | None = field(default=None, metadata={"help": "Configuration of dataset_name."})
@@ -94,6 +95,16 @@ class DataArguments:
     )
     max_train_samples: int | None = field(
         default=None, metadata={"help": "Keep only the first N training examples (quick runs, benchmarks)."}
+    )
+    train_subset_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Train on N examples drawn at random (by train_subset_seed) from the training data, any method: "
+            "the few-shot setting of ConSERT's section 5.3 (see `python -m hf_sentcl.seeds --subset-sizes`)."
+        },
+    )
+    train_subset_seed: int = field(
+        default=0, metadata={"help": "Seed of the train_subset_size draw (independent of the training seed)."}
     )
     max_seq_length: int = field(default=32, metadata={"help": "Truncation length of training sentences."})
     preprocessing_num_workers: int | None = field(
@@ -129,6 +140,8 @@ class DataArguments:
     )
 
     def __post_init__(self):
+        if self.train_subset_size is not None and self.train_subset_size < 1:
+            raise ValueError(f"train_subset_size must be a positive number of examples, got {self.train_subset_size}.")
         if self.pad_to_multiple_of is not None and self.pad_to_multiple_of < 1:
             raise ValueError(f"pad_to_multiple_of must be a positive number of tokens, got {self.pad_to_multiple_of}.")
 
