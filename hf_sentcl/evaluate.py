@@ -41,8 +41,8 @@ class SuiteResults:
     stsb_predictions: dict[str, list[float]] | None = None
     transfer: dict[str, float] | None = None
     transfer_details: dict[str, dict[str, Any]] | None = None
-    #: the STS scores after whitening the embeddings (`whitening`), beside the plain ones
-    sts_whitened: dict[str, float] | None = None
+    #: the STS scores after each whitening of the embeddings (`whitening`), keyed by its description
+    sts_whitened: dict[str, dict[str, float]] | None = None
 
 
 class EvaluationSuites:
@@ -63,14 +63,14 @@ class EvaluationSuites:
         kfold: int = 10,
         seed: int = SENTEVAL_SEED,
         probe_jobs: int = 1,
-        whitening: WhiteningSpec | None = None,
+        whitening: Sequence[WhiteningSpec] = (),
     ):
         check_suites(suites)
-        if whitening is not None:
-            whitening.check()
+        for spec in whitening:
+            spec.check()
         self.suites = tuple(suites)
         self.sts_mode = sts_mode
-        self.whitening = whitening
+        self.whitening = tuple(whitening)
         self.sts = (
             STSEvaluator(data_dir, tasks=tuple(sts_tasks), mode=sts_mode, sick_split=sick_split)
             if "sts" in suites else None
@@ -85,10 +85,11 @@ class EvaluationSuites:
         if self.sts is not None:
             embeddings = self.sts.embed(encoder, batch_size=batch_size, bf16=bf16)
             results.sts = self.sts.score(embeddings)
-            if self.whitening is not None:
-                results.sts_whitened = whitened_sts_scores(
-                    self.sts, embeddings, self.whitening, encoder, batch_size=batch_size, bf16=bf16
-                )
+            if self.whitening:  # every whitening reuses the one encode pass
+                results.sts_whitened = {
+                    spec.describe(): whitened_sts_scores(self.sts, embeddings, spec, encoder, batch_size, bf16)
+                    for spec in self.whitening
+                }
             if "STSBenchmark" in self.sts.data:
                 results.stsb_predictions = stsb_predictions(self.sts, embeddings)
         if self.transfer is not None:
@@ -97,16 +98,16 @@ class EvaluationSuites:
         return results
 
 
-def markdown_report(rows: Mapping[str, SuiteResults], sts_mode: str, whitening: WhiteningSpec | None = None) -> str:
+def markdown_report(rows: Mapping[str, SuiteResults], sts_mode: str) -> str:
     """The STS and transfer tables (those that were run) of labelled results, one row per label (and one more per
-    label for whitened STS scores)."""
+    label and whitening for whitened STS scores)."""
     tables = []
     sts = {}
     for label, r in rows.items():
         if r.sts is not None:
             sts[label] = r.sts
-        if r.sts_whitened is not None:
-            sts[f"{label}, {whitening.describe() if whitening else 'whitened'}"] = r.sts_whitened
+        for whitening, scores in (r.sts_whitened or {}).items():
+            sts[f"{label}, {whitening}"] = scores
     if sts:
         tables.append(sts_markdown_table(sts, sts_mode))
     transfer = {label: r.transfer for label, r in rows.items() if r.transfer is not None}
@@ -157,11 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--probe-jobs", type=int, default=1, help="Processes fitting transfer probes in parallel (same results)."
     )
     parser.add_argument(
-        "--whitening", default=None, metavar="FIT",
+        "--whitening", action="append", default=None, metavar="FIT[:K]",
         help=f"Also score STS after whitening (Su et al. 2021) fitted on FIT: {' or '.join(WHITENING_FITS)} "
-        "(eval: every evaluation sentence, task: each task's own) or a text file, one sentence per line.",
+        "(eval: every evaluation sentence, task: each task's own) or a text file, one sentence per line; ':K' keeps "
+        "K dimensions. Repeat the flag for several whitenings of the same embeddings.",
     )
-    parser.add_argument("--whitening-dims", type=int, default=None, help="Keep k whitened dimensions (default all).")
     parser.add_argument("--data-dir", default=None, help="SentEval-format directory (default: $HF_SENTCL_DATA).")
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--bf16", action="store_true", help="Encode under bf16 autocast.")
@@ -178,10 +179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as err:
         print(f"error: --tasks: {err}", file=sys.stderr)
         return 2
-    whitening = None
-    if args.whitening is not None or args.whitening_dims is not None:
-        whitening = WhiteningSpec(args.whitening or "eval", args.whitening_dims)
     try:
+        whitening = [WhiteningSpec.parse(value) for value in args.whitening or ()]
         evaluation = EvaluationSuites(
             resolve_data_dir(args.data_dir), suites, sts_tasks=_names(args.sts_tasks), sts_mode=args.sts_mode,
             sick_split=args.sick_split, transfer_tasks=_names(args.transfer_tasks), kfold=args.kfold,
@@ -212,13 +211,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         **{k: round(v, 4) for k, v in (measured.sts or {}).items()},
     }
     if measured.sts_whitened is not None:
-        results["whitening"] = {"fit": whitening.fit, "dims": whitening.dims}
-        results["whitened"] = {k: round(v, 4) for k, v in measured.sts_whitened.items()}
+        results["whitened"] = {
+            spec.describe(): {"fit": spec.fit, "dims": spec.dims,
+                              **{k: round(v, 4) for k, v in measured.sts_whitened[spec.describe()].items()}}
+            for spec in whitening
+        }
     if measured.transfer is not None:
         results["transfer"] = {k: round(v, 4) for k, v in measured.transfer.items()}
         results["transfer_details"] = measured.transfer_details
         results["kfold"] = args.kfold
-    table = markdown_report({f"{args.model} ({pooling})": measured}, args.sts_mode, whitening)
+    table = markdown_report({f"{args.model} ({pooling})": measured}, args.sts_mode)
     print(table)
     if args.output:
         output = Path(args.output)

@@ -116,14 +116,26 @@ def test_evaluate_cli_reports_plain_and_whitened_scores(tmp_path, tiny_bert_dir,
     output = tmp_path / "out.json"
     argv = ["--model", str(tiny_bert_dir), "--data-dir", str(senteval_dir), "--sts-tasks", "STS12,STSBenchmark",
             "--device", "cpu", "--pooling", "mean", "--output", str(output)]
-    assert main([*argv, "--whitening", "eval", "--whitening-dims", "16"]) == 0
+    assert main([*argv, "--whitening", "eval:16", "--whitening", "task"]) == 0
     results = json.loads(output.read_text())
-    assert results["whitening"] == {"fit": "eval", "dims": 16}
     evaluator = STSEvaluator(senteval_dir, tasks=("STS12", "STSBenchmark"))
     embeddings = evaluator.embed(SentenceEncoder.load(str(tiny_bert_dir), pooling="mean"))
     expected = evaluator.score(Whitening.fit(embeddings, 16)(embeddings))
-    assert results["whitened"]["STSBenchmark"] == pytest.approx(expected["STSBenchmark"], abs=1e-3)
+    eval16 = results["whitened"]["whitened (fit: all evaluation sentences, k=16)"]
+    assert (eval16["fit"], eval16["dims"]) == ("eval", 16)
+    assert eval16["STSBenchmark"] == pytest.approx(expected["STSBenchmark"], abs=1e-3)
+    task = results["whitened"]["whitened (fit: each task's sentences)"]
+    assert task["STS12"] == pytest.approx(
+        whitened_sts_scores(evaluator, embeddings, WhiteningSpec("task"))["STS12"], abs=1e-3)
     assert results["STSBenchmark"] == pytest.approx(evaluator.score(embeddings)["STSBenchmark"], abs=1e-3)
-    assert "whitened (fit: all evaluation sentences, k=16)" in output.with_suffix(".md").read_text()
+    table = output.with_suffix(".md").read_text()
+    assert "whitened (fit: all evaluation sentences, k=16)" in table and "each task's sentences" in table
     assert main([*argv, "--whitening", str(tmp_path / "missing.txt")]) == 2
     assert "missing.txt" in capsys.readouterr().err
+
+
+def test_spec_parse():
+    assert WhiteningSpec.parse("eval") == WhiteningSpec("eval", None)
+    assert WhiteningSpec.parse("task:128") == WhiteningSpec("task", 128)
+    with pytest.raises(ValueError, match="dims"):
+        WhiteningSpec.parse("eval:0")

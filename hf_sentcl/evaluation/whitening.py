@@ -61,6 +61,16 @@ class WhiteningSpec:
     fit: str = "eval"
     dims: int | None = None
 
+    @classmethod
+    def parse(cls, value: str) -> WhiteningSpec:
+        """'eval', 'task', a file path, each optionally followed by ':K' (dimensions kept)."""
+        fit, _, dims = str(value).rpartition(":") if ":" in str(value) else (str(value), "", "")
+        if dims and not dims.isdigit():
+            fit, dims = str(value), ""
+        spec = cls(fit or "eval", int(dims) if dims else None)
+        spec.check()
+        return spec
+
     def check(self) -> None:
         """Raise ValueError naming a missing fitting file or a non-positive `dims` (before any model loads)."""
         if self.fit not in WHITENING_FITS and not fit_file(self.fit).is_file():
