@@ -20,9 +20,10 @@ from hf_sentcl.evaluation.report import sts_markdown_table, transfer_markdown_ta
 from hf_sentcl.evaluation.sts import STS_MODES, STS_TASKS, STSEvaluator
 from hf_sentcl.evaluation.transfer import SENTEVAL_SEED, TRANSFER_TASKS, TransferEvaluator, transfer_summary
 from hf_sentcl.evaluation.whitening import WHITENING_FITS, WhiteningSpec, whitened_sts_scores
+from hf_sentcl.glue import GlueEvaluator, GlueSettings, glue_markdown_table
 from hf_sentcl.modeling import POOLING_MODES, SentenceEncoder
 
-EVAL_SUITES = ("sts", "transfer")
+EVAL_SUITES = ("sts", "transfer", "glue")
 
 
 def check_suites(suites: Sequence[str]) -> None:
@@ -30,6 +31,25 @@ def check_suites(suites: Sequence[str]) -> None:
     unknown = [s for s in suites if s not in EVAL_SUITES]
     if unknown:
         raise ValueError(f"unknown evaluation suite(s) {unknown}; known: {', '.join(EVAL_SUITES)}.")
+
+
+def suite_settings(data) -> tuple[list[WhiteningSpec], GlueSettings | None]:
+    """The whitenings and GLUE settings of a recipe's `DataArguments`, checked (ValueError naming the key)."""
+    try:
+        whitening = [WhiteningSpec.parse(v) for v in data.eval_whitening or ()]
+    except ValueError as err:
+        raise ValueError(f"key 'eval_whitening': {err}") from None
+    if "glue" not in data.eval_tasks:
+        return whitening, None
+    glue = GlueSettings(
+        tasks=tuple(data.glue_tasks), source=data.glue_source, seeds=tuple(data.glue_seeds),
+        epochs=data.glue_epochs, max_train_samples=data.glue_max_train_samples,
+    )
+    try:
+        glue.check()
+    except ValueError as err:
+        raise ValueError(f"keys 'glue_*': {err}") from None
+    return whitening, glue
 
 
 @dataclass
@@ -41,6 +61,8 @@ class SuiteResults:
     stsb_predictions: dict[str, list[float]] | None = None
     transfer: dict[str, float] | None = None
     transfer_details: dict[str, dict[str, Any]] | None = None
+    #: GLUE dev scores after fine-tuning a copy of the backbone per task and seed (`hf_sentcl.glue`)
+    glue: dict[str, dict[str, Any]] | None = None
     #: the STS scores after each whitening of the embeddings (`whitening`), keyed by its description
     sts_whitened: dict[str, dict[str, float]] | None = None
 
@@ -64,6 +86,7 @@ class EvaluationSuites:
         seed: int = SENTEVAL_SEED,
         probe_jobs: int = 1,
         whitening: Sequence[WhiteningSpec] = (),
+        glue: GlueSettings | None = None,
     ):
         check_suites(suites)
         for spec in whitening:
@@ -79,6 +102,13 @@ class EvaluationSuites:
             TransferEvaluator(data_dir, tasks=tuple(transfer_tasks), kfold=kfold, seed=seed, n_jobs=probe_jobs)
             if "transfer" in suites else None
         )
+        self.glue = GlueEvaluator(data_dir, glue or GlueSettings()) if "glue" in suites else None
+
+    @classmethod
+    def from_data_args(cls, data_dir: str | os.PathLike | None, data) -> EvaluationSuites:
+        """The suites a recipe's `DataArguments` ask for (eval_tasks, sts_mode, eval_whitening, glue_*)."""
+        whitening, glue = suite_settings(data)
+        return cls(data_dir, data.eval_tasks, sts_mode=data.sts_mode, whitening=whitening, glue=glue)
 
     def __call__(self, encoder, batch_size: int = 128, bf16: bool = False) -> SuiteResults:
         results = SuiteResults()
@@ -95,6 +125,8 @@ class EvaluationSuites:
         if self.transfer is not None:
             results.transfer_details = self.transfer(encoder, batch_size=batch_size, bf16=bf16)
             results.transfer = transfer_summary(results.transfer_details)
+        if self.glue is not None:
+            results.glue = self.glue(encoder)
         return results
 
 
@@ -113,6 +145,9 @@ def markdown_report(rows: Mapping[str, SuiteResults], sts_mode: str) -> str:
     transfer = {label: r.transfer for label, r in rows.items() if r.transfer is not None}
     if transfer:
         tables.append(transfer_markdown_table(transfer))
+    glue = {label: r.glue for label, r in rows.items() if r.glue is not None}
+    if glue:
+        tables.append(glue_markdown_table(glue))
     return "\n\n".join(tables)
 
 
@@ -127,6 +162,9 @@ def run_results(final: Mapping[str, SuiteResults]) -> dict[str, Any]:
     if transfer:
         results["transfer"] = transfer
         results["transfer_details"] = {k: r.transfer_details for k, r in final.items() if r.transfer is not None}
+    glue = {k: r.glue for k, r in final.items() if r.glue is not None}
+    if glue:
+        results["glue"] = glue
     return results
 
 

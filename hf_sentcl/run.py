@@ -23,7 +23,9 @@ from transformers.integrations import is_deepspeed_zero3_enabled
 from hf_sentcl.data import ViewCollator, add_length_column, load_training_dataset, tokenize_views
 from hf_sentcl.data.corpus import check_train_file, text_sources
 from hf_sentcl.defaults import resolve_data_dir, resolve_model_name
-from hf_sentcl.evaluate import EvaluationSuites, SuiteResults, check_suites, markdown_report, run_results
+from hf_sentcl.evaluate import (
+    EvaluationSuites, SuiteResults, check_suites, markdown_report, run_results, suite_settings,
+)
 from hf_sentcl.evaluation.plots import write_run_plots
 from hf_sentcl.evaluation.report import RUN_LABELS, write_results
 from hf_sentcl.evaluation.transfer import check_transfer_files
@@ -85,6 +87,10 @@ def validate_recipe(recipe: Recipe) -> None:
         check_suites(recipe.data.eval_tasks)
     except ValueError as err:
         raise RecipeError(f"{recipe.source}: key 'eval_tasks': {err}") from None
+    try:
+        suite_settings(recipe.data)
+    except ValueError as err:
+        raise RecipeError(f"{recipe.source}: {err}") from None
     data_dir = resolve_data_dir(recipe.data.sts_data_dir)
     if "transfer" in recipe.data.eval_tasks:
         check_transfer_files(data_dir)
@@ -171,7 +177,7 @@ def run_stage(recipe: Recipe) -> dict[str, Any]:
     logger.info("Training on %d examples with %d text view(s) each.", len(train_dataset), num_views)
 
     dev_evaluator = STSEvaluator(data_dir, tasks=("STSBenchmark",), split="dev")
-    suites = EvaluationSuites(data_dir, recipe.data.eval_tasks, sts_mode=recipe.data.sts_mode)
+    suites = EvaluationSuites.from_data_args(data_dir, recipe.data)
     dev_pairs = dev_evaluator.data["STSBenchmark"]["dev"]
     trainer = spec.trainer_class(
         model=encoder,

@@ -127,11 +127,30 @@ class DataArguments:
         default_factory=lambda: ["sts"],
         metadata={
             "help": "Final evaluation suites, run before (with eval_before_training) and after training: 'sts' (7 STS "
-            "tasks, Spearman) and 'transfer' (MR, CR, SUBJ, MPQA, SST-2, TREC, MRPC logistic-regression probes, "
-            "SentEval protocol; minutes on a CPU)."
+            "tasks, Spearman), 'transfer' (MR, CR, SUBJ, MPQA, SST-2, TREC, MRPC logistic-regression probes, "
+            "SentEval protocol; minutes on a CPU) and 'glue' (fine-tuning on GLUE tasks, glue_* keys; long)."
         },
     )
     sts_mode: str = field(default="all", metadata={"help": "STS12-16 averaging: all, mean or wmean."})
+    eval_whitening: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Also score STS after whitening (Su et al. 2021), one entry per whitening: 'eval' (fit on every "
+            "evaluation sentence), 'task' (each task's own) or a text file, optionally ':K' dimensions, e.g. [eval]."
+        },
+    )
+    glue_tasks: list[str] = field(
+        default_factory=lambda: ["sst2", "mrpc", "stsb"],
+        metadata={"help": "eval_tasks 'glue': GLUE tasks to fine-tune on (see python -m hf_sentcl.glue)."},
+    )
+    glue_source: str = field(
+        default="senteval", metadata={"help": "eval_tasks 'glue': 'senteval' (offline SST-2/MRPC/STS-B) or 'hub'."}
+    )
+    glue_seeds: list[int] = field(default_factory=lambda: [1], metadata={"help": "eval_tasks 'glue': seeds."})
+    glue_epochs: float = field(default=3.0, metadata={"help": "eval_tasks 'glue': fine-tuning epochs per task."})
+    glue_max_train_samples: int | None = field(
+        default=None, metadata={"help": "eval_tasks 'glue': fine-tune on the first N train examples of each task."}
+    )
     eval_before_training: bool = field(
         default=True, metadata={"help": "Also evaluate the untouched encoder, for the before/after table."}
     )
