@@ -61,7 +61,7 @@ def parse_sizes(text: str) -> list[int]:
     try:
         sizes = [int(s) for s in str(text).split(",") if s.strip()]
     except ValueError:
-        raise RecipeError(f"--subset-sizes expects comma-separated integers such as 10,100,1000, got '{text}'.") from None
+        raise RecipeError(f"--subset-sizes expects comma-separated integers such as 10,100, got {text!r}.") from None
     if not sizes or min(sizes) < 1 or len(set(sizes)) != len(sizes):
         raise RecipeError(f"--subset-sizes needs distinct positive integers such as 10,100,1000, got '{text}'.")
     return sorted(sizes)
