@@ -104,12 +104,6 @@ class EvaluationSuites:
         )
         self.glue = GlueEvaluator(data_dir, glue or GlueSettings()) if "glue" in suites else None
 
-    @classmethod
-    def from_data_args(cls, data_dir: str | os.PathLike | None, data) -> EvaluationSuites:
-        """The suites a recipe's `DataArguments` ask for (eval_tasks, sts_mode, eval_whitening, glue_*)."""
-        whitening, glue = suite_settings(data)
-        return cls(data_dir, data.eval_tasks, sts_mode=data.sts_mode, whitening=whitening, glue=glue)
-
     def __call__(self, encoder, batch_size: int = 128, bf16: bool = False) -> SuiteResults:
         results = SuiteResults()
         if self.sts is not None:

@@ -177,7 +177,10 @@ def run_stage(recipe: Recipe) -> dict[str, Any]:
     logger.info("Training on %d examples with %d text view(s) each.", len(train_dataset), num_views)
 
     dev_evaluator = STSEvaluator(data_dir, tasks=("STSBenchmark",), split="dev")
-    suites = EvaluationSuites.from_data_args(data_dir, recipe.data)
+    whitening, glue = suite_settings(recipe.data)
+    suites = EvaluationSuites(
+        data_dir, recipe.data.eval_tasks, sts_mode=recipe.data.sts_mode, whitening=whitening, glue=glue
+    )
     dev_pairs = dev_evaluator.data["STSBenchmark"]["dev"]
     trainer = spec.trainer_class(
         model=encoder,
