@@ -19,10 +19,12 @@ from hf_sentcl.evaluation.plots import stsb_predictions
 from hf_sentcl.evaluation.report import sts_markdown_table, transfer_markdown_table
 from hf_sentcl.evaluation.sts import STS_MODES, STS_TASKS, STSEvaluator
 from hf_sentcl.evaluation.transfer import SENTEVAL_SEED, TRANSFER_TASKS, TransferEvaluator, transfer_summary
+from hf_sentcl.evaluation.whitening import WHITENING_FITS, WhiteningSpec, whitened_sts_scores
+from hf_sentcl.glue import GlueEvaluator, GlueSettings, glue_markdown_table
 from hf_sentcl.modeling import POOLING_MODES, SentenceEncoder
 from hf_sentcl.run_folder import check_writable
 
-EVAL_SUITES = ("sts", "transfer")
+EVAL_SUITES = ("sts", "transfer", "glue")
 
 
 def check_suites(suites: Sequence[str]) -> None:
@@ -30,6 +32,25 @@ def check_suites(suites: Sequence[str]) -> None:
     unknown = [s for s in suites if s not in EVAL_SUITES]
     if unknown:
         raise ValueError(f"unknown evaluation suite(s) {unknown}; known: {', '.join(EVAL_SUITES)}.")
+
+
+def suite_settings(data) -> tuple[list[WhiteningSpec], GlueSettings | None]:
+    """The whitenings and GLUE settings of a recipe's `DataArguments`, checked (ValueError naming the key)."""
+    try:
+        whitening = [WhiteningSpec.parse(v) for v in data.eval_whitening or ()]
+    except ValueError as err:
+        raise ValueError(f"key 'eval_whitening': {err}") from None
+    if "glue" not in data.eval_tasks:
+        return whitening, None
+    glue = GlueSettings(
+        tasks=tuple(data.glue_tasks), source=data.glue_source, seeds=tuple(data.glue_seeds),
+        epochs=data.glue_epochs, max_train_samples=data.glue_max_train_samples,
+    )
+    try:
+        glue.check()
+    except ValueError as err:
+        raise ValueError(f"keys 'glue_*': {err}") from None
+    return whitening, glue
 
 
 @dataclass
@@ -41,6 +62,10 @@ class SuiteResults:
     stsb_predictions: dict[str, list[float]] | None = None
     transfer: dict[str, float] | None = None
     transfer_details: dict[str, dict[str, Any]] | None = None
+    #: GLUE dev scores after fine-tuning a copy of the backbone per task and seed (`hf_sentcl.glue`)
+    glue: dict[str, dict[str, Any]] | None = None
+    #: the STS scores after each whitening of the embeddings (`whitening`), keyed by its description
+    sts_whitened: dict[str, dict[str, float]] | None = None
 
 
 class EvaluationSuites:
@@ -61,10 +86,15 @@ class EvaluationSuites:
         kfold: int = 10,
         seed: int = SENTEVAL_SEED,
         probe_jobs: int = 1,
+        whitening: Sequence[WhiteningSpec] = (),
+        glue: GlueSettings | None = None,
     ):
         check_suites(suites)
+        for spec in whitening:
+            spec.check()
         self.suites = tuple(suites)
         self.sts_mode = sts_mode
+        self.whitening = tuple(whitening)
         self.sts = (
             STSEvaluator(data_dir, tasks=tuple(sts_tasks), mode=sts_mode, sick_split=sick_split)
             if "sts" in suites else None
@@ -73,29 +103,46 @@ class EvaluationSuites:
             TransferEvaluator(data_dir, tasks=tuple(transfer_tasks), kfold=kfold, seed=seed, n_jobs=probe_jobs)
             if "transfer" in suites else None
         )
+        self.glue = GlueEvaluator(data_dir, glue or GlueSettings()) if "glue" in suites else None
 
     def __call__(self, encoder, batch_size: int = 128, bf16: bool = False) -> SuiteResults:
         results = SuiteResults()
         if self.sts is not None:
             embeddings = self.sts.embed(encoder, batch_size=batch_size, bf16=bf16)
             results.sts = self.sts.score(embeddings)
+            if self.whitening:  # every whitening reuses the one encode pass
+                results.sts_whitened = {
+                    spec.describe(): whitened_sts_scores(self.sts, embeddings, spec, encoder, batch_size, bf16)
+                    for spec in self.whitening
+                }
             if "STSBenchmark" in self.sts.data:
                 results.stsb_predictions = stsb_predictions(self.sts, embeddings)
         if self.transfer is not None:
             results.transfer_details = self.transfer(encoder, batch_size=batch_size, bf16=bf16)
             results.transfer = transfer_summary(results.transfer_details)
+        if self.glue is not None:
+            results.glue = self.glue(encoder)
         return results
 
 
 def markdown_report(rows: Mapping[str, SuiteResults], sts_mode: str) -> str:
-    """The STS and transfer tables (those that were run) of labelled results, one row per label."""
+    """The STS and transfer tables (those that were run) of labelled results, one row per label (and one more per
+    label and whitening for whitened STS scores)."""
     tables = []
-    sts = {label: r.sts for label, r in rows.items() if r.sts is not None}
+    sts = {}
+    for label, r in rows.items():
+        if r.sts is not None:
+            sts[label] = r.sts
+        for whitening, scores in (r.sts_whitened or {}).items():
+            sts[f"{label}, {whitening}"] = scores
     if sts:
         tables.append(sts_markdown_table(sts, sts_mode))
     transfer = {label: r.transfer for label, r in rows.items() if r.transfer is not None}
     if transfer:
         tables.append(transfer_markdown_table(transfer))
+    glue = {label: r.glue for label, r in rows.items() if r.glue is not None}
+    if glue:
+        tables.append(glue_markdown_table(glue))
     return "\n\n".join(tables)
 
 
@@ -103,10 +150,16 @@ def run_results(final: Mapping[str, SuiteResults]) -> dict[str, Any]:
     """A run's `results.json` entries from its 'before'/'after' evaluations (`RUN_LABELS`): `sts` (always, maybe
     empty) and, when transfer tasks ran, `transfer` (table rows) and `transfer_details` (per-task probe results)."""
     results: dict[str, Any] = {"sts": {k: r.sts for k, r in final.items() if r.sts is not None}}
+    whitened = {k: r.sts_whitened for k, r in final.items() if r.sts_whitened is not None}
+    if whitened:
+        results["sts_whitened"] = whitened
     transfer = {k: r.transfer for k, r in final.items() if r.transfer is not None}
     if transfer:
         results["transfer"] = transfer
         results["transfer_details"] = {k: r.transfer_details for k, r in final.items() if r.transfer is not None}
+    glue = {k: r.glue for k, r in final.items() if r.glue is not None}
+    if glue:
+        results["glue"] = glue
     return results
 
 
@@ -138,6 +191,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--probe-jobs", type=int, default=1, help="Processes fitting transfer probes in parallel (same results)."
     )
     parser.add_argument(
+        "--whitening", action="append", default=None, metavar="FIT[:K]",
+        help=f"Also score STS after whitening (Su et al. 2021) fitted on FIT: {' or '.join(WHITENING_FITS)} "
+        "(eval: every evaluation sentence, task: each task's own) or a text file, one sentence per line; ':K' keeps "
+        "K dimensions. Repeat the flag for several whitenings of the same embeddings.",
+    )
+    parser.add_argument(
         "--data-dir", default=None,
         help="SentEval-format directory or hf:// archive (default: $HF_SENTCL_DATA, else the Hub archive; "
         "`python -m hf_sentcl.data info` shows which).",
@@ -160,10 +219,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.output:  # before the model loads and encodes, not after the whole evaluation
             check_writable(Path(args.output).parent, "--output")
+        whitening = [WhiteningSpec.parse(value) for value in args.whitening or ()]
         evaluation = EvaluationSuites(
             resolve_data_dir(args.data_dir), suites, sts_tasks=_names(args.sts_tasks), sts_mode=args.sts_mode,
             sick_split=args.sick_split, transfer_tasks=_names(args.transfer_tasks), kfold=args.kfold,
-            probe_jobs=args.probe_jobs,
+            probe_jobs=args.probe_jobs, whitening=whitening,
         )
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -189,6 +249,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         # STS scores stay top-level keys, as before transfer tasks existed
         **{k: round(v, 4) for k, v in (measured.sts or {}).items()},
     }
+    if measured.sts_whitened is not None:
+        results["whitened"] = {
+            spec.describe(): {"fit": spec.fit, "dims": spec.dims,
+                              **{k: round(v, 4) for k, v in measured.sts_whitened[spec.describe()].items()}}
+            for spec in whitening
+        }
     if measured.transfer is not None:
         results["transfer"] = {k: round(v, 4) for k, v in measured.transfer.items()}
         results["transfer_details"] = measured.transfer_details

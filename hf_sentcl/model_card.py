@@ -52,8 +52,10 @@ KNOWN_TRAIN_FILES = {
     "wiki1m_subset.txt": "princeton-nlp/datasets-for-simcse",
     "nli_for_simcse.csv": "princeton-nlp/datasets-for-simcse",
 }
-# unlabeled_sts setting -> the STS tasks whose texts were trained on
-UNLABELED_STS_TASKS = {"stsb": ["STSBenchmark"], "all": list(MTEB_STS_DATASETS)}
+# unlabeled_sts setting -> the STS tasks whose texts were trained on ("all-scored": the scored pairs only)
+UNLABELED_STS_TASKS = {
+    "stsb": ["STSBenchmark"], "all": list(MTEB_STS_DATASETS), "all-scored": list(MTEB_STS_DATASETS),
+}
 
 CITATIONS = {
     "simcse": """@inproceedings{gao2021simcse,

@@ -24,7 +24,9 @@ from hf_sentcl.data import ViewCollator, add_length_column, load_training_datase
 from hf_sentcl.data.checks import count_train_examples
 from hf_sentcl.data.corpus import check_train_file, text_sources
 from hf_sentcl.defaults import resolve_data_dir, resolve_model_name
-from hf_sentcl.evaluate import EvaluationSuites, SuiteResults, check_suites, markdown_report, run_results
+from hf_sentcl.evaluate import (
+    EvaluationSuites, SuiteResults, check_suites, markdown_report, run_results, suite_settings,
+)
 from hf_sentcl.evaluation.mteb import mteb_sts_scores
 from hf_sentcl.evaluation.plots import write_run_plots
 from hf_sentcl.evaluation.report import RUN_LABELS, embedding_note, write_results
@@ -91,6 +93,10 @@ def validate_recipe(recipe: Recipe) -> None:
         check_suites(recipe.data.eval_tasks)
     except ValueError as err:
         raise RecipeError(f"{recipe.source}: key 'eval_tasks': {err}") from None
+    try:
+        suite_settings(recipe.data)
+    except ValueError as err:
+        raise RecipeError(f"{recipe.source}: {err}") from None
     data_dir = resolve_data_dir(recipe.data.sts_data_dir)
     if "transfer" in recipe.data.eval_tasks:
         check_transfer_files(data_dir)
@@ -229,7 +235,10 @@ def run_stage(recipe: Recipe) -> dict[str, Any]:
     logger.info("Training on %d examples with %d text view(s) each.", len(train_dataset), num_views)
 
     dev_evaluator = STSEvaluator(data_dir, tasks=("STSBenchmark",), split="dev")
-    suites = EvaluationSuites(data_dir, recipe.data.eval_tasks, sts_mode=recipe.data.sts_mode)
+    whitening, glue = suite_settings(recipe.data)
+    suites = EvaluationSuites(
+        data_dir, recipe.data.eval_tasks, sts_mode=recipe.data.sts_mode, whitening=whitening, glue=glue
+    )
     dev_pairs = dev_evaluator.data["STSBenchmark"]["dev"]
     trainer = spec.trainer_class(
         model=encoder,

@@ -96,6 +96,8 @@ def training_data_summary(recipe: Recipe, num_examples: int | None, text_columns
         "name": name,
         "examples": num_examples,
         "max_train_samples": data.max_train_samples,
+        "train_subset_size": data.train_subset_size,
+        "train_subset_seed": data.train_subset_seed if data.train_subset_size is not None else None,
         "max_seq_length": data.max_seq_length,
         "columns": list(text_columns),
     }

@@ -1,6 +1,9 @@
 """Run one recipe with several seeds and report the mean and standard deviation per task.
 
     python -m hf_sentcl.seeds RECIPE.yaml --seeds 1,2,3 [--key value ...]
+    python -m hf_sentcl.seeds RECIPE.yaml --subset-sizes 10,100,1000 --seeds 1,2,3 [...]   # few-shot sweep
+
+With `--subset-sizes` every (number of texts, seed) is a run: see `hf_sentcl.fewshot`.
 
 Each seed runs `hf_sentcl.run.run` into `<output_dir>/seed-<N>` (same recipe and overrides, only `seed` and
 `output_dir` differ). The untouched encoder's scores do not depend on the seed, so "before training" is evaluated
@@ -184,6 +187,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     datasets.utils.logging.set_verbosity_warning()
     transformers.utils.logging.set_verbosity_warning()
+    if any(a == "--subset-sizes" or a.startswith("--subset-sizes=") for a in argv):
+        from hf_sentcl import fewshot
+
+        try:
+            recipe, sizes, seeds, full, overrides = fewshot.split_fewshot_argv(argv)
+            fewshot.sweep_recipes(recipe, sizes, seeds, overrides, run_full=full is None)
+        except (RecipeError, FileNotFoundError, ValueError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        fewshot.run_fewshot(recipe, sizes, seeds, overrides, full)
+        return 0
     try:
         recipe, seeds, overrides = split_argv(argv)
         seed_recipes(recipe, seeds, overrides)

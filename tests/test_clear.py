@@ -122,13 +122,14 @@ def test_encoder_head_must_be_none(tiny_bert_dir, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ the training step
-@pytest.mark.parametrize("perturbation", [None, "p+n-"])
-def test_one_forward_equals_separate_passes(tiny_backbone_dir, tmp_path, perturbation):
+@pytest.mark.parametrize("perturbation,reduction", [(None, "sum"), ("p+n-", "sum"), (None, "mean")])
+def test_one_forward_equals_separate_passes(tiny_backbone_dir, tmp_path, perturbation, reduction):
     """compute_loss stacks the masked originals and both views into ONE backbone forward; with dropout off the
     loss equals an MLM pass on the originals alone plus a pass on the views alone (and the IFM/BYOP margin reaches
-    the NT-Xent)."""
+    the NT-Xent, summed over the 2N views or averaged as cl_reduction says)."""
     margin = {"perturbation": perturbation, "margin": 0.1} if perturbation else {}
-    encoder, trainer = make_trainer(tiny_backbone_dir, tmp_path, augmentation="del_word", temperature=0.2, **margin)
+    encoder, trainer = make_trainer(tiny_backbone_dir, tmp_path, augmentation="del_word", temperature=0.2,
+                                    cl_reduction=reduction, **margin)
     batch = next(iter(trainer.get_train_dataloader()))
     calls = []
     encoder.backbone.register_forward_hook(lambda module, args, kwargs, out: calls.append(kwargs["input_ids"].shape),
@@ -147,6 +148,8 @@ def test_one_forward_equals_separate_passes(tiny_backbone_dir, tmp_path, perturb
     views = [encoder.backbone(input_ids=ids[:, v], attention_mask=mask[:, v]).last_hidden_state[:, 0] for v in (1, 2)]
     z1, z2 = (heads["projection"](v) for v in views)
     contrastive = nt_xent(z1, z2, 0.2, **({"perturbation": perturbation, "margin": 0.1} if perturbation else {}))
+    if reduction == "sum":
+        contrastive = contrastive * 2 * 8
     assert loss.item() == pytest.approx((mlm + contrastive).item(), rel=1e-5)
     logged = {k: torch.stack(v).item() for k, v in trainer._metrics.items()}
     assert logged["train/mlm_loss"] == pytest.approx(mlm.item(), rel=1e-5)
@@ -354,6 +357,7 @@ def test_from_scratch_run_evaluates_the_fresh_backbone_before_training(
         ({"temperature": 0.0}, "temperature"),
         ({"mlm_probability": 1.0}, "mlm_probability"),
         ({"mlm_weight": -1.0}, "mlm_weight"),
+        ({"cl_reduction": "max"}, "cl_reduction"),
         ({"scratch_num_hidden_layers": 2}, "from_scratch"),
         ({"perturbation": "p+", "margin": 0.0}, "margin"),
         ({"dataloader_num_workers": 2, "dataloader_persistent_workers": True}, "persistent_workers"),
@@ -368,7 +372,29 @@ def test_config_defaults_are_the_papers():
     args = CLEARConfig(output_dir="x", use_cpu=True)
     assert (args.del_word_rate, args.del_span_count, args.del_span_fraction) == (0.7, 5, 0.05)
     assert (args.reorder_pairs, args.reorder_fraction, args.subs_rate) == (5, 0.05, 0.3)
-    assert (args.mlm_probability, args.mlm_weight) == (0.15, 1.0)
+    assert (args.mlm_probability, args.mlm_weight, args.cl_reduction) == (0.15, 1.0, "sum")
+
+
+@pytest.mark.parametrize("reduction", ["sum", "mean"])
+def test_cl_loss_reductions_match_a_hand_computation(reduction):
+    """Eq. 1-2: l(i, j) = -log exp(sim(z_i, z_j)/tau) / sum_{k != i} exp(sim(z_i, z_k)/tau), L_CL the sum over all
+    2N ordered positive pairs (i, j); 'mean' divides it by 2N. Computed here with plain loops over Python floats."""
+    torch.manual_seed(0)
+    n, tau = 5, 0.3
+    z1, z2 = torch.randn(n, 7, dtype=torch.float64), torch.randn(n, 7, dtype=torch.float64)
+    z = [v.tolist() for v in torch.cat([z1, z2])]
+
+    def sim(u, v):
+        dot = sum(a * b for a, b in zip(u, v))
+        return dot / (math.sqrt(sum(a * a for a in u)) * math.sqrt(sum(b * b for b in v)))
+
+    total = 0.0
+    for i in range(2 * n):
+        j = (i + n) % (2 * n)  # m(i, j) = 1 only for the other view of the same sentence
+        denominator = sum(math.exp(sim(z[i], z[k]) / tau) for k in range(2 * n) if k != i)
+        total += -math.log(math.exp(sim(z[i], z[j]) / tau) / denominator)
+    expected = total if reduction == "sum" else total / (2 * n)
+    assert nt_xent(z1, z2, tau, reduction=reduction).item() == pytest.approx(expected, rel=1e-6)  # fp32 logits
 
 
 @pytest.mark.parametrize("fsdp, zero_stage", [(True, None), (False, 3)])
@@ -404,3 +430,13 @@ def test_recipe_pad_to_multiple_of_reaches_the_clear_collator(tiny_bert_dir, tmp
                            data_collator=ViewCollator(encoder.tokenizer, pad_to_multiple_of=8))
     batch = trainer.data_collator([trainer.train_dataset[0], trainer.train_dataset[1]])
     assert batch["input_ids"].shape[-1] == 8
+
+
+@pytest.mark.parametrize("name", ["clear_bert", "clear_roberta", "clear_minilm"])
+def test_recipes_follow_eq2_and_sentevals_aggregation(repo_root, monkeypatch, name):
+    """The CLEAR recipes sum L_CL over the 2N views (Eq. 2) and average STS12-16 per subset, as SentEval does."""
+    from hf_sentcl.parser import parse_recipe
+
+    monkeypatch.setenv("HF_SENTCL_DATA", "/data/senteval")
+    recipe = parse_recipe(repo_root / "recipes" / f"{name}.yaml")
+    assert recipe.training.cl_reduction == "sum" and recipe.data.sts_mode == "mean"

@@ -522,6 +522,8 @@ def test_trainer_refuses_a_head_and_chained_modes(tiny_bert_dir, tmp_path):
      (dict(adversarial=True), "adversarial"), (dict(supervised_mode="sup", adversarial=True), "adversarial"),
      (dict(nli_source="senteval"), "nli_source"), (dict(supervised_mode="joint", nli_source=None), "nli_source"),
      (dict(supervised_learning_rate=1e-5), "supervised_learning_rate"), (dict(alpha=-1), "alpha"),
+     (dict(supervised_batch_size=16), "supervised_batch_size"),
+     (dict(supervised_mode="sup-unsup", nli_source="senteval", supervised_batch_size=0), "supervised_batch_size"),
      (dict(supervised_mode="sup", nli_source="senteval", perturbation="p+", margin=0.1), "perturbation"),
      (dict(supervised_mode="joint", adversarial=True, adversarial_epsilon=0), "adversarial_epsilon")],
 )
@@ -553,12 +555,16 @@ def test_stages_of_chained_modes(tmp_path):
     recipe = parse_recipe(write_recipe(
         tmp_path, method="consert", supervised_mode="joint-unsup", nli_source="senteval", unlabeled_sts="all",
         output_dir=str(tmp_path / "out"), learning_rate=5e-7, supervised_learning_rate=2e-5,
-        supervised_num_train_epochs=2, adversarial=True, head="none", pooling="mean",
+        supervised_num_train_epochs=2, adversarial=True, head="none", pooling="mean", supervised_batch_size=16,
+        per_device_train_batch_size=96, train_subset_size=100,
     ))
     first, second = consert_stages(recipe)
     assert first.training.supervised_mode == "joint" and second.training.supervised_mode == "unsup"
     assert first.training.output_dir == str(tmp_path / "out" / "stage-1")
     assert (first.training.learning_rate, first.training.num_train_epochs) == (2e-5, 2.0)
+    assert (first.training.per_device_train_batch_size, second.training.per_device_train_batch_size) == (16, 96)
+    # the few-shot subset limits stage 2's unlabeled text, not stage 1's NLI pairs
+    assert (first.data.train_subset_size, second.data.train_subset_size) == (None, 100)
     assert first.training.adversarial and not first.training.push_to_hub
     assert first.model.model_name_or_path == recipe.model.model_name_or_path
     assert second.model.model_name_or_path == str(tmp_path / "out" / "stage-1" / "export")
@@ -646,7 +652,8 @@ def test_chained_run_continues_from_the_first_stages_weights(tmp_path, tiny_bert
 
 
 @pytest.mark.parametrize(
-    "name", ["consert_bert", "consert_bert_joint", "consert_bert_joint_unsup", "consert_minilm", "consert_minilm_joint"]
+    "name", ["consert_bert", "consert_bert_joint", "consert_bert_joint_unsup", "consert_bert_sup_unsup", "consert_minilm",
+             "consert_minilm_joint"]
 )
 def test_recipes_carry_the_paper_settings(repo_root, monkeypatch, name):
     """Section 4.1: mean pooling in training, no head, tau 0.1, alpha 0.15, batch 96, max_len 64, 10% warm-up,
@@ -657,7 +664,9 @@ def test_recipes_carry_the_paper_settings(repo_root, monkeypatch, name):
     assert recipe.method == "consert" and recipe.model.pooling == "mean" and recipe.model.head == "none"
     assert (args.temperature, args.alpha, args.per_device_train_batch_size) == (0.1, 0.15, 96)
     assert (recipe.data.max_seq_length, args.warmup_steps, args.encoder_dropout) == (64, 0.1, False)
-    assert (args.token_cutoff_rate, args.feature_cutoff_rate, args.dropout_rate) == (0.15, 0.2, 0.2)
+    joint = name in ("consert_bert_joint", "consert_minilm_joint")
+    # the joint recipes take the authors' joint script's clean + token cutoff 0.1 (the paper gives none)
+    assert (args.token_cutoff_rate, args.feature_cutoff_rate, args.dropout_rate) == (0.1 if joint else 0.15, 0.2, 0.2)
     assert args.load_best_model_at_end and args.metric_for_best_model == "stsb_spearman"
     if name.startswith("consert_bert"):
         assert recipe.model.model_name_or_path == "bert-base-uncased"
@@ -666,8 +675,15 @@ def test_recipes_carry_the_paper_settings(repo_root, monkeypatch, name):
         assert (args.supervised_mode, args.learning_rate) == ("unsup", 5e-7)
         assert (args.augmentation1, args.augmentation2) == ("shuffle", "feature_cutoff")
         assert recipe.data.unlabeled_sts == "all"
-    if name in ("consert_bert_joint", "consert_minilm_joint"):
+    if joint:
         assert args.supervised_mode == "joint" and recipe.data.unlabeled_sts is None and args.nli_source
+        assert (args.augmentation1, args.augmentation2) == ("none", "token_cutoff")
+    if name == "consert_bert_sup_unsup":  # stage 1: SBERT's settings (batch 16, lr 2e-5, 1 epoch)
+        first, second = consert_stages(recipe)
+        assert (first.training.supervised_mode, second.training.supervised_mode) == ("sup", "unsup")
+        assert first.training.per_device_train_batch_size == 16 and first.training.learning_rate == 2e-5
+        assert first.training.num_train_epochs == 1
+        assert second.training.per_device_train_batch_size == 96 and second.training.learning_rate == 5e-7
     if name == "consert_bert_joint_unsup":
         assert args.supervised_mode == "joint-unsup" and recipe.data.unlabeled_sts == "all"
         assert args.learning_rate == 5e-7 and args.supervised_learning_rate is not None
@@ -684,3 +700,38 @@ def test_card_names_the_nli_pairs_of_a_joint_run(repo_root, senteval_dir, monkey
     assert summary["name"].startswith("senteval '") and str(senteval_dir) in summary["name"]
     unsup = parse_recipe(repo_root / "recipes" / "consert_minilm.yaml")
     assert training_data_summary(unsup, 10, ("text",))["source"] == "unlabeled_sts"
+
+
+# ------------------------------------------------------------------------------------------ unlabeled STS corpus
+def test_unlabeled_sts_counts_every_input_row(senteval_dir):
+    """'all' takes both sentences of every STS12-16 input row, scored or not, plus every STS-B and SICK split;
+    'all-scored' leaves out the rows without a gold score (the fixture blanks some)."""
+    from hf_sentcl.evaluation.sts import (
+        STS_TASKS, load_sts_task, read_lines, unlabeled_sts_sentences, unlabeled_sts_texts,
+    )
+
+    rows = 0
+    scored = 0
+    for task in STS_TASKS[:5]:
+        folder = senteval_dir / "STS" / f"{task}-en-test"
+        for subset, pairs in load_sts_task(senteval_dir, task).items():
+            rows += len(read_lines(folder / f"STS.input.{subset}.txt"))
+            scored += len(pairs)
+    splits = sum(len(p) for t in STS_TASKS[5:] for s in ("train", "dev", "test") for p in load_sts_task(
+        senteval_dir, t, s).values())
+    assert rows > scored
+    assert len(unlabeled_sts_texts(senteval_dir, "all")) == 2 * (rows + splits)
+    assert len(unlabeled_sts_texts(senteval_dir, "all-scored")) == 2 * (scored + splits)
+    everything = unlabeled_sts_sentences(senteval_dir, "all")
+    assert len(everything) == len(set(everything)) > len(unlabeled_sts_sentences(senteval_dir, "all-scored"))
+
+
+def test_unlabeled_sts_is_the_papers_89192_texts(real_data_dir):
+    """ConSERT's Table 1: 89,192 unlabeled texts (48,699 distinct); the scored rows alone give 30,840 distinct."""
+    from hf_sentcl.evaluation.sts import unlabeled_sts_sentences, unlabeled_sts_texts
+
+    texts = unlabeled_sts_texts(real_data_dir, "all")
+    assert len(texts) == 89192 and len(set(texts)) == 48699
+    assert len(unlabeled_sts_sentences(real_data_dir, "all")) == 48699
+    assert len(unlabeled_sts_sentences(real_data_dir, "all-scored")) == 30840
+    assert len(unlabeled_sts_texts(real_data_dir, "stsb")) == 2 * 8628

@@ -95,7 +95,8 @@ class DataArguments:
         default=None,
         metadata={
             "help": "Train on the unlabeled sentences of STS sets from the data directory instead of a file: "
-            "'stsb' (STS-B train+dev+test, the SG-BERT setting) or 'all' (the 7 STS tasks, the ConSERT setting)."
+            "'stsb' (STS-B train+dev+test, the SG-BERT setting), 'all' (every input row of the 7 STS tasks, scored "
+            "or not: ConSERT's 89,192 texts, 48,699 distinct) or 'all-scored' (only the scored rows: 30,840)."
         },
     )
     dataset_config_name: str | None = field(default=None, metadata={"help": "Configuration of dataset_name."})
@@ -105,6 +106,16 @@ class DataArguments:
     )
     max_train_samples: int | None = field(
         default=None, metadata={"help": "Keep only the first N training examples (quick runs, benchmarks)."}
+    )
+    train_subset_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Train on N examples drawn at random (by train_subset_seed) from the training data, any method: "
+            "the few-shot setting of ConSERT's section 5.3 (see `python -m hf_sentcl.seeds --subset-sizes`)."
+        },
+    )
+    train_subset_seed: int = field(
+        default=0, metadata={"help": "Seed of the train_subset_size draw (independent of the training seed)."}
     )
     max_seq_length: int = field(
         default=32, metadata={"help": "Truncation length of training sentences in tokens (3 to the model's limit)."}
@@ -128,11 +139,31 @@ class DataArguments:
     eval_tasks: list[str] = field(
         default_factory=lambda: ["sts"],
         metadata={
-            "help": "Final evaluation suites, before (with eval_before_training) and after training: 'sts' (7 STS "
-            "tasks) and/or 'transfer' (7 SentEval probes; minutes on a CPU)."
+            "help": "Final evaluation suites, run before (with eval_before_training) and after training: 'sts' (7 STS "
+            "tasks, Spearman), 'transfer' (MR, CR, SUBJ, MPQA, SST-2, TREC, MRPC logistic-regression probes, "
+            "SentEval protocol; minutes on a CPU) and 'glue' (fine-tuning on GLUE tasks, glue_* keys; long)."
         },
     )
     sts_mode: Literal[STS_MODES] = field(default="all", metadata={"help": "How STS12-16 subsets are averaged."})
+    eval_whitening: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Also score STS after whitening (Su et al. 2021), one entry per whitening: 'eval' (fit on every "
+            "evaluation sentence), 'task' (each task's own) or a text file, optionally ':K' dimensions, e.g. [eval]."
+        },
+    )
+    glue_tasks: list[str] = field(
+        default_factory=lambda: ["sst2", "mrpc", "stsb"],
+        metadata={"help": "eval_tasks 'glue': GLUE tasks to fine-tune on (see python -m hf_sentcl.glue)."},
+    )
+    glue_source: Literal["senteval", "hub"] = field(
+        default="senteval", metadata={"help": "eval_tasks 'glue': 'senteval' (offline SST-2/MRPC/STS-B) or 'hub'."}
+    )
+    glue_seeds: list[int] = field(default_factory=lambda: [1], metadata={"help": "eval_tasks 'glue': seeds."})
+    glue_epochs: float = field(default=3.0, metadata={"help": "eval_tasks 'glue': fine-tuning epochs per task."})
+    glue_max_train_samples: int | None = field(
+        default=None, metadata={"help": "eval_tasks 'glue': fine-tune on the first N train examples of each task."}
+    )
     eval_before_training: bool = field(
         default=True, metadata={"help": "Also evaluate the untouched encoder, for the before/after table."}
     )
@@ -142,6 +173,8 @@ class DataArguments:
 
     def __post_init__(self):
         check_choices(self)
+        if self.train_subset_size is not None and self.train_subset_size < 1:
+            raise ValueError(f"train_subset_size must be a positive number of examples, got {self.train_subset_size}.")
         if self.pad_to_multiple_of is not None and self.pad_to_multiple_of < 1:
             raise ValueError(f"pad_to_multiple_of must be a positive number of tokens, got {self.pad_to_multiple_of}.")
         if self.max_seq_length < MIN_SEQ_LENGTH:  # the upper limit needs the model's config: run.validate_recipe

@@ -1,6 +1,7 @@
 """CLEAR's knobs (Wu et al. 2020, "CLEAR: Contrastive Learning for Sentence Representation", sections 3-4).
 
-Defaults are the paper's: 15% MLM masking with 80/10/10, L_total = L_MLM + L_CL, word deletion 70%, span deletion
+Defaults are the paper's: 15% MLM masking with 80/10/10, L_total = L_MLM + L_CL with L_CL summed over the 2N views
+(Eq. 2), word deletion 70%, span deletion
 5 spans of 5% each, reordering 5 pairs of ~5% spans, substitution 30%. The paper gives neither the temperature nor
 the shape of the projection head; the defaults here are SimCLR's head (Linear-ReLU-Linear to 128 dimensions,
 which the paper says it borrows) and tau 0.1.
@@ -16,6 +17,7 @@ from hf_sentcl.configs.arguments import SentCLTrainingArguments
 from hf_sentcl.configs.contrastive import ContrastiveArguments, temperature_field
 from hf_sentcl.configs.perturbation import PerturbationArguments
 from hf_sentcl.configs.validation import check_range
+from hf_sentcl.losses.nt_xent import NT_XENT_REDUCTIONS
 
 SCRATCH_SIZE_KEYS = (
     "scratch_hidden_size", "scratch_num_hidden_layers", "scratch_num_attention_heads", "scratch_intermediate_size"
@@ -70,6 +72,14 @@ class CLEARConfig(PerturbationArguments, ContrastiveArguments, SentCLTrainingArg
     )
     mlm_weight: float = field(
         default=1.0, metadata={"help": "Weight of L_MLM in L_total = mlm_weight * L_MLM + L_CL (0 = no MLM)."}
+    )
+    cl_reduction: Literal[NT_XENT_REDUCTIONS] = field(
+        default="sum",
+        metadata={
+            "help": "How L_CL combines the 2N views' NT-Xent terms: 'sum' (Eq. 2 of the paper: against the MLM "
+            "term, which is a mean over masked tokens, L_CL then weighs 2N times its mean) or 'mean' (SimCLR's "
+            "average, CL:MLM = 1:mlm_weight)."
+        },
     )
     projection_size: int | None = field(
         default=None, metadata={"help": "Hidden width of the projection head g (default: the encoder's hidden size)."}

@@ -20,6 +20,8 @@ from hf_sentcl.configs.validation import check_range
 SUPERVISED_MODES = ("unsup", "sup", "joint", "sup-unsup", "joint-unsup")
 #: chained modes: (first stage's mode, second stage's mode)
 CHAINED_MODES = {"sup-unsup": ("sup", "unsup"), "joint-unsup": ("joint", "unsup")}
+#: keys of the first stage of a chained mode (None: the stage uses the plain key)
+STAGE_KEYS = ("supervised_learning_rate", "supervised_num_train_epochs", "supervised_batch_size")
 
 
 @dataclass
@@ -94,6 +96,13 @@ class ConSERTConfig(PerturbationArguments, ContrastiveArguments, SentCLTrainingA
         default=None,
         metadata={"help": "sup-unsup / joint-unsup: epochs of the first (NLI) stage; default num_train_epochs."},
     )
+    supervised_batch_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "sup-unsup / joint-unsup: per-device batch of the first (NLI) stage (section 4.3: SBERT's 16 for "
+            "sup-unsup); default per_device_train_batch_size."
+        },
+    )
     # paper defaults of the shared training arguments
     per_device_train_batch_size: int = field(default=96, metadata={"help": "Sentences per process per step (96)."})
     learning_rate: float = field(default=5e-7, metadata={"help": "Peak learning rate (the paper's 5e-7, BERT)."})
@@ -122,9 +131,16 @@ class ConSERTConfig(PerturbationArguments, ContrastiveArguments, SentCLTrainingA
             )
         if self.supervised_mode == "sup" and self.perturbation is not None:
             raise ValueError("perturbation shifts the NT-Xent logits, but supervised_mode 'sup' has no NT-Xent.")
-        stage_keys = [k for k in ("supervised_learning_rate", "supervised_num_train_epochs") if getattr(self, k)]
+        if self.supervised_batch_size is not None and self.supervised_batch_size < 1:
+            raise ValueError(f"supervised_batch_size must be a positive batch size, got {self.supervised_batch_size}.")
+        if self.supervised_batch_size is not None and self.global_train_batch_size is not None:
+            raise ValueError(
+                "supervised_batch_size is per device; with global_train_batch_size set use per_device_train_batch_size "
+                "instead of global_train_batch_size."
+            )
+        stage_keys = [k for k in STAGE_KEYS if getattr(self, k)]
         if stage_keys and self.supervised_mode not in CHAINED_MODES:
             raise ValueError(
                 f"{', '.join(stage_keys)} set the first stage of sup-unsup / joint-unsup; with supervised_mode "
-                f"'{self.supervised_mode}' use learning_rate / num_train_epochs."
+                f"'{self.supervised_mode}' use learning_rate / num_train_epochs / per_device_train_batch_size."
             )

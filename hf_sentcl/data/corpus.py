@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 from datasets import Dataset, load_dataset
 from transformers import PreTrainedTokenizerBase
 
@@ -92,9 +93,25 @@ def load_training_dataset(data_args: DataArguments, text_columns: tuple[str, ...
     dataset = dataset.filter(lambda row: all(row[c] and str(row[c]).strip() for c in text_columns))
     if data_args.max_train_samples is not None:
         dataset = dataset.select(range(min(data_args.max_train_samples, len(dataset))))
+    dataset = random_subset(dataset, data_args.train_subset_size, data_args.train_subset_seed)
     if len(dataset) == 0:
         raise ValueError(f"{source} contains no usable (non-empty) training examples.")
     return dataset
+
+
+def random_subset(dataset: Dataset, size: int | None, seed: int) -> Dataset:
+    """`size` examples drawn uniformly without replacement by `seed` (the few-shot settings of ConSERT's section 5.3),
+    in their original order; the dataset itself when `size` is None. The draw depends on the seed and the dataset's
+    length only, so a method's own training data (NLI pairs) subsamples the same way; a size larger than the
+    dataset is an error, not a silent full run."""
+    if size is None:
+        return dataset
+    if size > len(dataset):
+        raise ValueError(
+            f"train_subset_size {size} is larger than the training data ({len(dataset)} examples); lower or unset it."
+        )
+    rows = np.random.default_rng(seed).choice(len(dataset), size=size, replace=False)
+    return dataset.select(np.sort(rows))
 
 
 def tokenize_views(

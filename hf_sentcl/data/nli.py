@@ -24,7 +24,7 @@ from datasets import ClassLabel, Dataset, concatenate_datasets, load_dataset
 from transformers import PreTrainedTokenizerBase
 
 from hf_sentcl.data.collators import ViewCollator
-from hf_sentcl.data.corpus import load_data_file, tokenize_views
+from hf_sentcl.data.corpus import load_data_file, random_subset, tokenize_views
 from hf_sentcl.data.hub import HubFile, hub_file_path, is_hub_uri
 from hf_sentcl.defaults import resolve_data_dir
 
@@ -197,12 +197,15 @@ class NLITrainData:
     max_samples: int | None = None
     num_proc: int | None = None
     pad_to_multiple_of: int | None = None
+    #: `train_subset_size` / `train_subset_seed`: a seeded random subset of the pairs (see `random_subset`)
+    subset_size: int | None = None
+    subset_seed: int = 0
 
     def check(self) -> None:
         check_nli_source(self.source)
 
     def build(self, tokenizer: PreTrainedTokenizerBase) -> tuple[Dataset, int, LabelledViewCollator]:
-        pairs = load_nli_pairs(self.source, self.max_samples)
+        pairs = random_subset(load_nli_pairs(self.source, self.max_samples), self.subset_size, self.subset_seed)
         tokenized = tokenize_views(pairs, tokenizer, NLI_TEXT_COLUMNS, self.max_seq_length, self.num_proc)
         tokenized = tokenized.add_column("labels", pairs["label"])
         views = len(NLI_TEXT_COLUMNS)

@@ -7,6 +7,7 @@ no pyplot global state, safe in a training process).
   training (the ConSERT paper's Figure 1: a collapsed space squeezes every pair into a narrow band of high
   cosines).
 - `plot_layer_heatmap`: Spearman of every hidden state x pooling (the SG-BERT paper's Figure 1).
+- `plot_fewshot_curve`: 7-STS average against the number of training texts (the ConSERT paper's Figure 6).
 """
 
 from __future__ import annotations
@@ -151,6 +152,37 @@ def plot_layer_heatmap(
     best_layer, best_pooling = np.unravel_index(np.nanargmax(scores), scores.shape)
     ax.add_patch(Rectangle((best_pooling - 0.5, best_layer - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2))
     ax.set_title(title, fontsize=10)
+    return _save(figure, path)
+
+
+def plot_fewshot_curve(
+    points: Mapping[int, tuple[float, float]],
+    path: str | os.PathLike,
+    before: float | None = None,
+    full: float | None = None,
+    ylabel: str = "7-STS average Spearman × 100",
+) -> Path:
+    """Score against the number of training texts on a log x axis: {texts: (mean, std)} as points with error bars,
+    the untouched model (`before`) and the full-data run (`full`) as horizontal lines."""
+    if not points:
+        raise ValueError("plot_fewshot_curve needs at least one (texts, (mean, std)) point.")
+    sizes = sorted(points)
+    means = np.array([points[n][0] for n in sizes])
+    stds = np.array([points[n][1] for n in sizes])
+    figure = Figure(figsize=(5.4, 3.8), layout="constrained")
+    ax = figure.subplots()
+    ax.errorbar(sizes, means, yerr=stds, marker="o", markersize=4, capsize=3, color="tab:blue",
+                label="random subset (mean ± std over seeds)")
+    if full is not None:
+        ax.axhline(full, color="tab:green", linestyle="--", label=f"full data ({full:.2f})")
+    if before is not None:
+        ax.axhline(before, color="tab:gray", linestyle=":", label=f"untouched model ({before:.2f})")
+    ax.set_xscale("log")
+    ax.set_xticks(sizes, labels=[f"{n:,}" for n in sizes])
+    ax.set_xlabel("number of unlabeled training texts")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
     return _save(figure, path)
 
 

@@ -173,25 +173,47 @@ def load_sts_task(data_dir: str | os.PathLike | None, task: str, split: str = "t
     raise ValueError(f"Unknown STS task '{task}'. Choose from: {', '.join(STS_TASKS)}.")
 
 
-def unlabeled_sts_sentences(data_dir: str | os.PathLike | None, which: str) -> list[str]:
-    """Distinct sentences of STS data used as unlabeled training text (gold scores are not read for training).
+#: `unlabeled_sts` values: which STS data gives unlabeled training text
+UNLABELED_STS = ("stsb", "all", "all-scored")
 
-    `stsb`: STS-B train+dev+test (SG-BERT). `all`: every subset/split of the 7 STS tasks (ConSERT).
+
+def sts_year_input_texts(folder: Path, subset: str) -> list[str]:
+    """Both sentences of EVERY row of `STS.input.<subset>.txt`, whether or not the row has a gold score."""
+    texts = []
+    for row in read_lines(folder / f"STS.input.{subset}.txt"):
+        texts.extend(row.split("\t")[:2])
+    return texts
+
+
+def unlabeled_sts_texts(data_dir: str | os.PathLike | None, which: str) -> list[str]:
+    """Every text (both sentences of every input row, duplicates kept) of STS data used as unlabeled training text.
+
+    `stsb`: STS-B train+dev+test (SG-BERT). `all`: every input row of STS12-16 (scored or not) and every split of
+    STS-B and SICK: ConSERT's 89,192 texts (its Table 1; STS15 and STS16 have 8,500 and 9,183 input pairs of which
+    3,000 and 1,186 are scored). `all-scored`: the same without the STS12-16 rows that have no gold score.
     """
+    if which not in UNLABELED_STS:
+        raise ValueError(f"unlabeled_sts must be one of {', '.join(UNLABELED_STS)}, got '{which}'.")
     splits = ("train", "dev", "test")
-    if which == "stsb":
-        parts = [load_sts_task(data_dir, "STSBenchmark", split) for split in splits]
-    elif which == "all":
-        parts = [load_sts_task(data_dir, task) for task in STS_TASKS[:5]]
-        parts += [load_sts_task(data_dir, task, split) for task in STS_TASKS[5:] for split in splits]
-    else:
-        raise ValueError(f"unlabeled_sts must be 'stsb' or 'all', got '{which}'.")
-    unique: dict[str, None] = {}
-    for subsets in parts:
-        for pairs in subsets.values():
-            unique.update(dict.fromkeys(pairs.sentences1))
-            unique.update(dict.fromkeys(pairs.sentences2))
-    return list(unique)
+    parts = [load_sts_task(data_dir, "STSBenchmark", split) for split in splits]
+    if which == "all-scored":
+        parts += [load_sts_task(data_dir, task) for task in STS_TASKS[:5]]
+    if which != "stsb":
+        parts += [load_sts_task(data_dir, "SICKRelatedness", split) for split in splits]
+    texts = [s for subsets in parts for pairs in subsets.values() for s in (*pairs.sentences1, *pairs.sentences2)]
+    if which == "all":
+        root = resolve_data_dir(data_dir)
+        for task in STS_TASKS[:5]:
+            folder = root / "STS" / f"{task}-en-test"
+            for subset in load_sts_task(data_dir, task):  # the subsets whose input file exists
+                texts += sts_year_input_texts(folder, subset)
+    return texts
+
+
+def unlabeled_sts_sentences(data_dir: str | os.PathLike | None, which: str) -> list[str]:
+    """The distinct texts of `unlabeled_sts_texts` (first occurrence order); gold scores are not read for training.
+    ConSERT's `all`: 48,699 distinct of 89,192; `all-scored`: 30,840."""
+    return list(dict.fromkeys(unlabeled_sts_texts(data_dir, which)))
 
 
 def _concat(parts: list[STSPairs]) -> STSPairs:

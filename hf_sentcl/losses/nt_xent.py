@@ -1,8 +1,9 @@
 """NT-Xent over 2N views (SimCLR; ConSERT section 3.3, CLEAR section 3.3).
 
 Every one of the 2N vectors is an anchor: its positive is the other view of the same sentence, the remaining
-2N - 2 vectors are its negatives, and the 2N cross-entropy terms are averaged. This differs from SimCSE's InfoNCE
-(`info_nce`), where only z1 anchors and only z2 supplies candidates.
+2N - 2 vectors are its negatives, and the 2N cross-entropy terms are averaged (`reduction="mean"`, SimCLR's and
+ConSERT's form) or summed (`reduction="sum"`, CLEAR's Eq. 2: L_CL = sum over all positive pairs (i, j) of l(i, j)).
+This differs from SimCSE's InfoNCE (`info_nce`), where only z1 anchors and only z2 supplies candidates.
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ import torch
 
 from hf_sentcl.losses.info_nce import cosine_logits
 from hf_sentcl.losses.margin import Perturbation, margin_cross_entropy
+
+#: how the 2N per-view terms combine
+NT_XENT_REDUCTIONS = ("mean", "sum")
 
 
 def nt_xent_similarities(z1: torch.Tensor, z2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -37,18 +41,24 @@ def nt_xent(
     dynamic: bool = False,
     multi_task: bool = False,
     detach_margin: bool = True,
+    reduction: str = "mean",
 ) -> torch.Tensor:
-    """Mean over the 2N views of -log exp(sim(x_a, x_pos)/tau) / sum_{k != a} exp(sim(x_a, x_k)/tau).
+    """Mean (or, `reduction="sum"`, sum) over the 2N views of -log exp(sim(x_a, x_pos)/tau) / sum_{k != a}
+    exp(sim(x_a, x_k)/tau).
 
-    The keyword arguments are the IFM/BYOP margin plug-in (see `margin_cross_entropy`); with `perturbation=None`
-    the loss is plain NT-Xent. BYOP-D's dynamic margin divides by the row's 2N - 2 negatives.
+    The other keyword arguments are the IFM/BYOP margin plug-in (see `margin_cross_entropy`); with
+    `perturbation=None` the loss is plain NT-Xent. BYOP-D's dynamic margin divides by the row's 2N - 2 negatives.
     """
+    if reduction not in NT_XENT_REDUCTIONS:
+        raise ValueError(f"reduction must be one of {', '.join(NT_XENT_REDUCTIONS)}, got '{reduction}'.")
     similarities, targets = nt_xent_similarities(z1, z2)
     if perturbation is None:
         with torch.autocast(device_type=similarities.device.type, enabled=False):
-            return torch.nn.functional.cross_entropy(similarities / temperature, targets)
-    if margin < 0:
-        raise ValueError(f"margin must be >= 0 (the spec's +/- gives the direction), got {margin}.")
-    return margin_cross_entropy(
-        similarities, targets, temperature, perturbation, margin, dynamic, multi_task, detach_margin
-    )
+            loss = torch.nn.functional.cross_entropy(similarities / temperature, targets)
+    else:
+        if margin < 0:
+            raise ValueError(f"margin must be >= 0 (the spec's +/- gives the direction), got {margin}.")
+        loss = margin_cross_entropy(
+            similarities, targets, temperature, perturbation, margin, dynamic, multi_task, detach_margin
+        )
+    return loss * len(targets) if reduction == "sum" else loss

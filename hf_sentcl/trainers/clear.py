@@ -5,7 +5,9 @@
   has none, e.g. the bare BertModel all-MiniLM-L6-v2; the log says which). Its decoder stays tied to the
   backbone's word embeddings, as in BERT/RoBERTa.
 - L_CL: NT-Xent over the 2N projected [CLS] vectors z = g([CLS]) of two augmented views of each sentence
-  (`hf_sentcl.losses.nt_xent`, so the IFM/BYOP margin plug-in applies), g a nonlinear projection head.
+  (`hf_sentcl.losses.nt_xent`, so the IFM/BYOP margin plug-in applies), g a nonlinear projection head; summed over
+  the 2N views as Eq. 2 writes it (`cl_reduction: sum`, so against the token-averaged L_MLM it weighs 2N times its
+  mean; N the global batch) or averaged (`cl_reduction: mean`).
 
 Augmentation happens in the data pipeline (`hf_sentcl.data.clear.CLEARCollator`, seeded per example, view and
 epoch); [DEL] is added to the tokenizer and the embeddings are resized when the augmentation deletes.
@@ -207,6 +209,10 @@ class CLEARTrainer(TrainingHeadsMixin, ContrastiveTrainer):
         )
 
     def contrastive_loss(self, views: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """NT-Xent over the 2N gathered projections (with the IFM/BYOP margin when `perturbation` is set)."""
-        loss = nt_xent(views[0], views[1], self.args.temperature, **self.args.margin_loss_kwargs())
+        """NT-Xent over the 2N gathered projections (with the IFM/BYOP margin when `perturbation` is set), summed
+        over the 2N views (Eq. 2) or averaged, as `cl_reduction` says."""
+        loss = nt_xent(
+            views[0], views[1], self.args.temperature, reduction=self.args.cl_reduction,
+            **self.args.margin_loss_kwargs(),
+        )
         return loss, {"contrastive_loss": loss}

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from hf_sentcl.augment.embedding import AugmentationRates, EmbeddingAugmenter, fgv_perturbation
-from hf_sentcl.configs.consert import CHAINED_MODES
+from hf_sentcl.configs.consert import CHAINED_MODES, STAGE_KEYS
 from hf_sentcl.data.corpus import text_sources
 from hf_sentcl.data.nli import NLI_LABELS, NLITrainData, resolve_nli_source
 from hf_sentcl.export import EXPORT_DIRNAME
@@ -218,14 +218,15 @@ def consert_stages(recipe) -> list:
         return [recipe]
     first_mode, second_mode = CHAINED_MODES[args.supervised_mode]
     stage_dir = Path(args.output_dir) / STAGE_DIRNAME
-    no_stage_keys = dict(supervised_learning_rate=None, supervised_num_train_epochs=None)
+    no_stage_keys = dict.fromkeys(STAGE_KEYS)
     resume = args.resume_from_checkpoint
     resume_first = bool(resume) and Path(resume).resolve().is_relative_to(stage_dir.resolve())
     first = dataclasses.replace(
         args, supervised_mode=first_mode, output_dir=str(stage_dir), push_to_hub=False,
         resume_from_checkpoint=resume if resume_first else None,
         learning_rate=args.supervised_learning_rate or args.learning_rate,
-        num_train_epochs=args.supervised_num_train_epochs or args.num_train_epochs, **no_stage_keys,
+        num_train_epochs=args.supervised_num_train_epochs or args.num_train_epochs,
+        per_device_train_batch_size=args.supervised_batch_size or args.per_device_train_batch_size, **no_stage_keys,
     )
     second = dataclasses.replace(
         args, supervised_mode=second_mode, nli_source=None, nli_splits=None, nli_config=None, adversarial=False,
@@ -233,8 +234,10 @@ def consert_stages(recipe) -> list:
     )
     stage_one_export = stage_dir / EXPORT_DIRNAME
     second_model = dataclasses.replace(recipe.model, model_name_or_path=str(stage_one_export), tokenizer_name=None)
+    # the few-shot subset (train_subset_size) limits the unlabeled text of stage 2, not the NLI pairs (Figure 6)
+    first_data = dataclasses.replace(recipe.data, train_subset_size=None)
     stages = [
-        dataclasses.replace(recipe, training=first),
+        dataclasses.replace(recipe, data=first_data, training=first),
         dataclasses.replace(recipe, model=second_model, training=second),
     ]
     if resume and not resume_first:  # stage 2 is resumed: stage 1 is done
@@ -254,5 +257,6 @@ def consert_train_data(recipe) -> NLITrainData | None:
         return None
     source = resolve_nli_source(args.nli_source, args.nli_splits, data.sts_data_dir, args.nli_config)
     return NLITrainData(
-        source, data.max_seq_length, data.max_train_samples, data.preprocessing_num_workers, data.pad_to_multiple_of
+        source, data.max_seq_length, data.max_train_samples, data.preprocessing_num_workers, data.pad_to_multiple_of,
+        data.train_subset_size, data.train_subset_seed,
     )

@@ -1,0 +1,354 @@
+"""GLUE fine-tuning of an encoder's backbone: CLEAR's main evaluation (Wu et al. 2020, Tables 1 and 3).
+
+    python -m hf_sentcl.glue --model PATH --tasks sst2,mrpc,stsb --output glue.json [--seeds 1,2,3]
+
+For every task and seed a fresh copy of the backbone gets a classification (or, for STS-B, regression) head
+(`AutoModelForSequenceClassification` from the backbone's weights, the head newly initialised), is fine-tuned on the
+task's train split with transformers' `Trainer`, and is scored on the dev split with GLUE's metric (the caption of
+CLEAR's Table 1): MNLI the mean of matched and mismatched accuracy, MRPC and QQP the mean of accuracy and F1, STS-B
+the mean of Pearson and Spearman, CoLA Matthews correlation, the others accuracy; all x 100. Scores over seeds are
+reported as mean ± sample std (ddof=1), as `hf_sentcl.seeds` does.
+
+Data (`--source`): `hub` reads `nyu-mll/glue` through `datasets` (online, every task); `senteval` (the default,
+offline) reads the SentEval data directory's copies of three tasks:
+- sst2: SST/binary/sentiment-{train,dev}: GLUE's SST-2 train (67,349 phrases) and dev (872) sets.
+- stsb: STS/STSBenchmark/sts-{train,dev}.csv: GLUE's STS-B train (5,749) and dev (1,500) pairs.
+- mrpc: MRPC/msr_paraphrase_{train,test}.txt has no dev split; GLUE's dev is 408 pairs taken out of the MSR train
+  file by a list of ids that is not in SentEval's copy, so the dev set here is 408 pairs drawn from the train file
+  with `MRPC_DEV_SEED` (the rest, 3,668 pairs, trains): the same sizes as GLUE's, not the same pairs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from datasets import Dataset, load_dataset
+from scipy.stats import pearsonr, spearmanr
+from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+
+from hf_sentcl.defaults import resolve_data_dir
+from hf_sentcl.evaluation.sts import read_lines, read_stsbenchmark
+
+GLUE_HUB_ID = "nyu-mll/glue"
+GLUE_SOURCES = ("senteval", "hub")
+#: tasks the SentEval data directory holds
+SENTEVAL_GLUE_TASKS = ("sst2", "mrpc", "stsb")
+MRPC_DEV_SIZE = 408
+MRPC_DEV_SEED = 1234
+
+
+# ------------------------------------------------------------------------------------------------ metrics
+def accuracy(labels: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
+    return {"accuracy": 100 * float(accuracy_score(labels, predictions))}
+
+
+def accuracy_and_f1(labels: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
+    """MRPC and QQP: accuracy, F1 of the positive class, and their mean (GLUE's score)."""
+    acc, f1 = 100 * float(accuracy_score(labels, predictions)), 100 * float(f1_score(labels, predictions))
+    return {"accuracy": acc, "f1": f1, "score": (acc + f1) / 2}
+
+
+def matthews(labels: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
+    """CoLA: Matthews correlation."""
+    return {"matthews": 100 * float(matthews_corrcoef(labels, predictions))}
+
+
+def pearson_and_spearman(labels: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
+    """STS-B: Pearson and Spearman correlation and their mean (GLUE's score)."""
+    pearson = 100 * float(pearsonr(predictions, labels).statistic)
+    spearman = 100 * float(spearmanr(predictions, labels).statistic)
+    return {"pearson": pearson, "spearman": spearman, "score": (pearson + spearman) / 2}
+
+
+@dataclass(frozen=True)
+class GlueTask:
+    """One GLUE task: its text columns, label count (1 = regression), metric, and dev split name(s) on the Hub."""
+
+    name: str
+    text_columns: tuple[str, ...]
+    num_labels: int
+    metric: Callable[[np.ndarray, np.ndarray], dict[str, float]]
+    dev_splits: tuple[str, ...] = ("validation",)
+
+    def score(self, labels: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
+        """GLUE's metrics of one dev split; 'score' is the task's single number."""
+        metrics = self.metric(labels, predictions)
+        metrics.setdefault("score", next(iter(metrics.values())))
+        return metrics
+
+
+GLUE_TASKS: dict[str, GlueTask] = {
+    task.name: task
+    for task in (
+        GlueTask("cola", ("sentence",), 2, matthews),
+        GlueTask("sst2", ("sentence",), 2, accuracy),
+        GlueTask("mrpc", ("sentence1", "sentence2"), 2, accuracy_and_f1),
+        GlueTask("qqp", ("question1", "question2"), 2, accuracy_and_f1),
+        GlueTask("stsb", ("sentence1", "sentence2"), 1, pearson_and_spearman),
+        GlueTask("mnli", ("premise", "hypothesis"), 3, accuracy, ("validation_matched", "validation_mismatched")),
+        GlueTask("qnli", ("question", "sentence"), 2, accuracy),
+        GlueTask("rte", ("sentence1", "sentence2"), 2, accuracy),
+        GlueTask("wnli", ("sentence1", "sentence2"), 2, accuracy),
+    )
+}
+
+
+# ------------------------------------------------------------------------------------------------ data
+@dataclass
+class GlueData:
+    """A task's train split and its dev split(s) ({name: Dataset}), columns = the task's text columns + label."""
+
+    train: Dataset
+    dev: dict[str, Dataset]
+
+
+def read_senteval_sst2(folder: Path, split: str) -> Dataset:
+    """SST/binary/sentiment-<split>: 'phrase<TAB>label' lines."""
+    rows = [line.rsplit("\t", 1) for line in read_lines(folder / f"sentiment-{split}", "GLUE") if line.strip()]
+    return Dataset.from_dict({"sentence": [r[0].strip() for r in rows], "label": [int(r[1]) for r in rows]})
+
+
+def read_senteval_mrpc(path: Path) -> Dataset:
+    """MRPC/msr_paraphrase_*.txt: header, then quality, id1, id2, string1, string2."""
+    rows = [line.split("\t") for line in read_lines(path, "GLUE", encoding="utf-8-sig")[1:] if line.strip()]
+    return Dataset.from_dict(
+        {"sentence1": [r[3] for r in rows], "sentence2": [r[4] for r in rows], "label": [int(r[0]) for r in rows]}
+    )
+
+
+def load_senteval_glue(data_dir: str | os.PathLike | None, task: str) -> GlueData:
+    """The SentEval folder's copy of sst2, mrpc or stsb (see the module docstring for MRPC's dev split)."""
+    root = resolve_data_dir(data_dir)
+    if task == "sst2":
+        folder = root / "SST" / "binary"
+        return GlueData(read_senteval_sst2(folder, "train"), {"validation": read_senteval_sst2(folder, "dev")})
+    if task == "stsb":
+        def split(name: str) -> Dataset:
+            pairs = read_stsbenchmark(root / "STS" / "STSBenchmark" / f"sts-{name}.csv")
+            return Dataset.from_dict(
+                {"sentence1": pairs.sentences1, "sentence2": pairs.sentences2, "label": pairs.scores.tolist()}
+            )
+        return GlueData(split("train"), {"validation": split("dev")})
+    if task == "mrpc":
+        pairs = read_senteval_mrpc(root / "MRPC" / "msr_paraphrase_train.txt")
+        parts = pairs.train_test_split(test_size=MRPC_DEV_SIZE, seed=MRPC_DEV_SEED, shuffle=True)
+        return GlueData(parts["train"], {"validation": parts["test"]})
+    raise ValueError(
+        f"GLUE task '{task}' is not in the SentEval data directory (it holds {', '.join(SENTEVAL_GLUE_TASKS)}); "
+        "use --source hub for the others."
+    )
+
+
+def load_hub_glue(task: str) -> GlueData:
+    """`nyu-mll/glue` through `datasets` (needs the network or a populated cache)."""
+    spec = GLUE_TASKS[task]
+    columns = [*spec.text_columns, "label"]
+    train = load_dataset(GLUE_HUB_ID, task, split="train").select_columns(columns)
+    dev = {name: load_dataset(GLUE_HUB_ID, task, split=name).select_columns(columns) for name in spec.dev_splits}
+    return GlueData(train, dev)
+
+
+def check_tasks(tasks: Sequence[str], source: str) -> None:
+    """Raise ValueError naming an unknown task or source, or a task the source does not hold."""
+    if source not in GLUE_SOURCES:
+        raise ValueError(f"GLUE source must be one of {', '.join(GLUE_SOURCES)}, got '{source}'.")
+    unknown = [t for t in tasks if t not in GLUE_TASKS]
+    if unknown or not tasks:
+        raise ValueError(f"unknown GLUE task(s) {unknown or tasks}; known: {', '.join(GLUE_TASKS)}.")
+    missing = [t for t in tasks if source == "senteval" and t not in SENTEVAL_GLUE_TASKS]
+    if missing:
+        raise ValueError(
+            f"GLUE task(s) {missing} are not in the SentEval data directory (it holds "
+            f"{', '.join(SENTEVAL_GLUE_TASKS)}); use the 'hub' source (nyu-mll/glue, online) for them."
+        )
+
+
+# ------------------------------------------------------------------------------------------------ fine-tuning
+@dataclass
+class GlueSettings:
+    """Fine-tuning settings shared by every task (BERT's GLUE recipe: lr 2e-5, batch 32, 3 epochs, 10% warm-up)."""
+
+    tasks: tuple[str, ...] = SENTEVAL_GLUE_TASKS
+    source: str = "senteval"
+    seeds: tuple[int, ...] = (1,)
+    epochs: float = 3.0
+    learning_rate: float = 2e-5
+    batch_size: int = 32
+    max_seq_length: int = 128
+    warmup_ratio: float = 0.1
+    max_train_samples: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def check(self) -> None:
+        check_tasks(self.tasks, self.source)
+        if not self.seeds:
+            raise ValueError("GLUE seeds are empty; give at least one seed.")
+        for key in ("epochs", "learning_rate", "batch_size", "max_seq_length"):
+            if getattr(self, key) <= 0:
+                raise ValueError(f"GLUE {key} must be positive, got {getattr(self, key)}.")
+        if self.max_train_samples is not None and self.max_train_samples < 1:
+            raise ValueError(f"GLUE max_train_samples must be positive, got {self.max_train_samples}.")
+
+
+class GlueEvaluator:
+    """Fine-tune and score an encoder's backbone on GLUE tasks. All data is read here, before any model loads."""
+
+    def __init__(self, data_dir: str | os.PathLike | None, settings: GlueSettings):
+        settings.check()
+        self.settings = settings
+        self.data = {
+            task: load_senteval_glue(data_dir, task) if settings.source == "senteval" else load_hub_glue(task)
+            for task in settings.tasks
+        }
+        if settings.max_train_samples is not None:  # the first N, as max_train_samples everywhere
+            for data in self.data.values():
+                data.train = data.train.select(range(min(settings.max_train_samples, len(data.train))))
+
+    def __call__(self, encoder, device: str | None = None) -> dict[str, dict[str, Any]]:
+        """{task: {'score': {mean, std, values}, 'runs': [per-seed metrics]}} for a `SentenceEncoder` (its backbone
+        and tokenizer are what is fine-tuned; the encoder itself is not changed)."""
+        with tempfile.TemporaryDirectory(prefix="hf_sentcl_glue_") as folder:
+            encoder.backbone.save_pretrained(folder)
+            encoder.tokenizer.save_pretrained(folder)
+            results = {}
+            for task, data in self.data.items():
+                runs = [self.fine_tune(folder, task, data, seed, device) for seed in self.settings.seeds]
+                results[task] = {"score": seed_stats([r["score"] for r in runs]), "runs": runs,
+                                 "train_examples": len(data.train)}
+        return results
+
+    def fine_tune(self, backbone_dir: str, task: str, data: GlueData, seed: int, device: str | None) -> dict:
+        """One seed of one task: fine-tune a fresh copy with a new head, score it on the dev split(s)."""
+        import torch
+        from transformers import (
+            AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding, Trainer, TrainingArguments,
+            set_seed,
+        )
+
+        spec, settings = GLUE_TASKS[task], self.settings
+        set_seed(seed)  # the head's initialisation follows the seed
+        tokenizer = AutoTokenizer.from_pretrained(backbone_dir)
+        model = AutoModelForSequenceClassification.from_pretrained(
+            backbone_dir, num_labels=spec.num_labels,
+            problem_type="regression" if spec.num_labels == 1 else "single_label_classification",
+        )
+
+        def tokenize(dataset: Dataset) -> Dataset:
+            def encode(batch):
+                texts = [batch[c] for c in spec.text_columns]
+                return tokenizer(*texts, truncation=True, max_length=settings.max_seq_length)
+
+            columns = [c for c in dataset.column_names if c != "label"]
+            return dataset.map(encode, batched=True, remove_columns=columns, desc=f"Tokenising {task}")
+
+        use_cpu = device == "cpu" or not torch.cuda.is_available()
+        with tempfile.TemporaryDirectory(prefix=f"hf_sentcl_glue_{task}_") as output_dir:
+            args = TrainingArguments(
+                output_dir=output_dir, num_train_epochs=settings.epochs, learning_rate=settings.learning_rate,
+                per_device_train_batch_size=settings.batch_size, per_device_eval_batch_size=2 * settings.batch_size,
+                warmup_steps=settings.warmup_ratio, weight_decay=0.01, seed=seed, data_seed=seed,
+                eval_strategy="no", save_strategy="no", report_to="none", logging_strategy="no", use_cpu=use_cpu,
+                disable_tqdm=True, **settings.extra,
+            )
+            trainer = Trainer(
+                model=model, args=args, train_dataset=tokenize(data.train),
+                data_collator=DataCollatorWithPadding(tokenizer), processing_class=tokenizer,
+            )
+            train_output = trainer.train()
+            per_split = {}
+            for name, dev in data.dev.items():
+                prediction = trainer.predict(tokenize(dev))
+                logits = prediction.predictions
+                predicted = logits.reshape(-1) if spec.num_labels == 1 else logits.argmax(axis=-1)
+                per_split[name] = spec.score(np.asarray(dev["label"]), predicted)
+        score = float(np.mean([m["score"] for m in per_split.values()]))  # MNLI: mean of matched and mismatched
+        metrics = per_split["validation"] if len(per_split) == 1 else per_split
+        return {"seed": seed, "score": score, "metrics": metrics, "train_loss": train_output.training_loss}
+
+
+def seed_stats(values: Sequence[float]) -> dict[str, Any]:
+    """Mean, sample standard deviation (ddof=1; None for one seed) and the values."""
+    array = np.asarray(values, dtype=np.float64)
+    return {"mean": float(array.mean()), "std": float(array.std(ddof=1)) if len(array) > 1 else None,
+            "values": [float(v) for v in array]}
+
+
+def glue_markdown_table(rows: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> str:
+    """{label: GlueEvaluator output} -> a Markdown table of each task's dev score (mean ± std over seeds)."""
+    tasks = list(dict.fromkeys(t for r in rows.values() for t in r))
+    lines = ["| | " + " | ".join(tasks) + " | Avg |", "|---|" + "---:|" * (len(tasks) + 1)]
+    for label, result in rows.items():
+        cells = []
+        for task in tasks:
+            stats = result.get(task, {}).get("score")
+            cells.append("" if stats is None else f"{stats['mean']:.2f}" + (
+                f" ± {stats['std']:.2f}" if stats["std"] is not None else ""))
+        average = np.mean([result[t]["score"]["mean"] for t in tasks if t in result])
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {average:.2f} |")
+    lines += ["", "GLUE dev scores x 100 after fine-tuning (CLEAR Table 1's metrics: MNLI mean of m/mm accuracy, MRPC "
+              "and QQP mean of accuracy and F1, STS-B mean of Pearson and Spearman, CoLA Matthews, others accuracy); "
+              "mean ± sample std over seeds."]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m hf_sentcl.glue", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="Saved encoder, plain backbone, Hub id or the embedded alias.")
+    parser.add_argument(
+        "--tasks", default=",".join(SENTEVAL_GLUE_TASKS), help=f"Comma-separated: {', '.join(GLUE_TASKS)}."
+    )
+    parser.add_argument("--source", choices=GLUE_SOURCES, default="senteval",
+                        help="senteval: the data directory's SST-2/MRPC/STS-B (offline); hub: nyu-mll/glue (online).")
+    parser.add_argument("--seeds", default="1", help="Comma-separated fine-tuning seeds (mean ± std over them).")
+    parser.add_argument("--epochs", type=float, default=3.0)
+    parser.add_argument("--learning-rate", type=float, default=2e-5)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--max-seq-length", type=int, default=128)
+    parser.add_argument("--max-train-samples", type=int, default=None, help="Fine-tune on the first N train examples.")
+    parser.add_argument("--data-dir", default=None, help="SentEval-format directory (default: $HF_SENTCL_DATA).")
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available).")
+    parser.add_argument("--output", default=None, help="Write results JSON here (and a .md table beside it).")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
+        settings = GlueSettings(
+            tasks=tuple(t.strip() for t in args.tasks.split(",") if t.strip()), source=args.source, seeds=seeds,
+            epochs=args.epochs, learning_rate=args.learning_rate, batch_size=args.batch_size,
+            max_seq_length=args.max_seq_length, max_train_samples=args.max_train_samples,
+        )
+        evaluator = GlueEvaluator(args.data_dir, settings)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    from hf_sentcl.modeling import SentenceEncoder
+
+    results = evaluator(SentenceEncoder.load(args.model), device=args.device)
+    table = glue_markdown_table({args.model: results})
+    print(table)
+    if args.output:
+        output = Path(args.output)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        payload = {"model": args.model, "source": args.source, "settings": {
+            k: v for k, v in vars(settings).items() if k != "extra"}, "tasks": results}
+        output.write_text(json.dumps(payload, indent=2, default=list) + "\n")
+        output.with_suffix(".md").write_text(table + "\n")
+        print(f"\nWrote {output} and {output.with_suffix('.md')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
