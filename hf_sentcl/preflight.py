@@ -45,6 +45,15 @@ def backbone_config(name_or_path: str, key: str = "model_name_or_path") -> dict[
     return _hub_config(resolved, folder, key)
 
 
+def local_weight_bytes(name_or_path: str) -> int | None:
+    """Bytes of the weight files (safetensors / bin, sharded or not) of a local backbone folder; None otherwise."""
+    folder = Path(resolve_model_name(name_or_path)).expanduser()
+    if not folder.is_dir():
+        return None
+    files = [p for pattern in ("*.safetensors", "*.bin") for p in folder.glob(pattern) if p.is_file()]
+    return sum(p.stat().st_size for p in files) or None
+
+
 def _local_config(folder: Path, name: str, key: str) -> dict[str, Any]:
     config_file = folder / "config.json"
     if not config_file.is_file():

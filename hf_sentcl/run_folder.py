@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 from hf_sentcl.parser import Recipe, RecipeError
+from hf_sentcl.preflight import local_weight_bytes
 from hf_sentcl.trainers.health import CHECKPOINT_COMPLETE
 #: names (glob patterns) whose presence in output_dir means it holds a finished or partial run
 RUN_ENTRIES = (
@@ -113,6 +114,24 @@ def check_writable(folder: Path, label: str) -> None:
         ) from None
 
 
+def check_free_space(recipe: Recipe, output_dir: Path) -> None:
+    """RecipeError when output_dir's disk cannot hold one checkpoint, the saved encoder and its export: estimated
+    from the local backbone's weight files (fp32: a checkpoint with Adam's two moments is three times the weights).
+    A lower bound, so a run is not lost at its first checkpoint; a Hub backbone not in the cache is not estimated."""
+    weights = local_weight_bytes(recipe.model.model_name_or_path)
+    if not weights:
+        return
+    checkpoint = weights * (1 if recipe.training.save_only_model else 3)
+    needed = checkpoint + 2 * weights
+    free = shutil.disk_usage(output_dir).free
+    if free < needed:
+        raise RecipeError(
+            f"{recipe.source}: key 'output_dir': '{output_dir}' has {free / 2**20:.0f} MiB free, but one checkpoint, "
+            f"the saved encoder and its export of this backbone take at least {needed / 2**20:.0f} MiB. Free some "
+            "space or choose an output_dir on a larger disk."
+        )
+
+
 def check_run_folder(recipe: Recipe) -> Recipe:
     """Check output_dir and resume_from_checkpoint before any work; returns the recipe with
     `resume_from_checkpoint` resolved to a checkpoint folder (or None). Raises RecipeError naming the key and
@@ -134,6 +153,7 @@ def check_run_folder(recipe: Recipe) -> Recipe:
             "to replace it."
         )
     check_writable(output_dir, f"{recipe.source}: key 'output_dir'")
+    check_free_space(recipe, output_dir)
     if entries and args.overwrite_output_dir and not is_resume_here and int(os.environ.get("RANK", "0")) == 0:
         for old in output_dir.glob("checkpoint-*"):
             if old.is_dir():

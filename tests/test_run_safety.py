@@ -3,6 +3,7 @@ model stops the run with nothing exported, results.json never holds NaN, `evalua
 
 import json
 import math
+import shutil
 
 import numpy as np
 import pytest
@@ -80,6 +81,23 @@ def test_unwritable_output_dir_refused(tmp_path, values, capsys, monkeypatch):
     assert main([str(recipe)]) == 2
     err = capsys.readouterr().err
     assert "output_dir" in err and "cannot write" in err and "Traceback" not in err
+
+
+def test_output_dir_without_room_for_a_checkpoint_refused(tmp_path, values, capsys, monkeypatch, tiny_bert_dir):
+    """A disk that cannot hold one checkpoint (weights + Adam's moments), the encoder and its export: exit 2 naming
+    output_dir and both sizes, before the model loads (a full disk used to cost every step at the first save)."""
+    weights = sum(p.stat().st_size for p in tiny_bert_dir.glob("*.safetensors"))
+    free = 4 * weights  # one checkpoint (3x) + encoder + export = 5x the weights
+    real_usage = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: real_usage(path)._replace(free=free))
+    no_model_load(monkeypatch)
+    assert main([str(write_recipe(tmp_path / "r.yaml", **values))]) == 2
+    err = capsys.readouterr().err
+    assert "output_dir" in err and f"{free / 2**20:.0f} MiB free" in err and f"{5 * weights / 2**20:.0f} MiB" in err
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: real_usage(path)._replace(free=5 * weights))
+    monkeypatch.setattr("hf_sentcl.run.build_encoder", lambda recipe: (_ for _ in ()).throw(RuntimeError("loaded")))
+    with pytest.raises(RuntimeError, match="loaded"):  # enough room: the check passes and the run goes on
+        main([str(write_recipe(tmp_path / "r.yaml", **values))])
 
 
 @pytest.mark.parametrize("how", ["latest", "true", "nowhere"])
