@@ -13,7 +13,7 @@ from hf_sentcl.glue import (
     main, matthews, pearson_and_spearman, seed_stats,
 )
 
-from helpers import random_sentences
+from helpers import declare_size, random_sentences
 
 
 # ------------------------------------------------------------------------------------------------ metrics
@@ -97,6 +97,7 @@ def write_tiny_glue(root, n=48):
     for split in ("train", "dev"):
         (root / "STS" / "STSBenchmark" / f"sts-{split}.csv").write_text("".join(
             f"g\tf\ty\t{i}\t{i % 6:.1f}\t{sentences[i]}\t{sentences[-i - 1]}\n" for i in range(24)))
+        declare_size(root / "STS" / "STSBenchmark" / f"sts-{split}.csv", 24)
     return root
 
 
