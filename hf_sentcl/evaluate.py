@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -16,7 +15,7 @@ from typing import Any
 
 from hf_sentcl.defaults import EMBEDDED_MODEL_ALIAS, resolve_data_dir
 from hf_sentcl.evaluation.plots import stsb_predictions
-from hf_sentcl.evaluation.report import sts_markdown_table, transfer_markdown_table
+from hf_sentcl.evaluation.report import sts_markdown_table, transfer_markdown_table, write_report
 from hf_sentcl.evaluation.sts import STS_MODES, STS_TASKS, STSEvaluator
 from hf_sentcl.evaluation.transfer import SENTEVAL_SEED, TRANSFER_TASKS, TransferEvaluator, transfer_summary
 from hf_sentcl.evaluation.whitening import WHITENING_FITS, WhiteningSpec, whitened_sts_scores
@@ -262,11 +261,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = markdown_report({f"{args.model} ({pooling})": measured}, args.sts_mode)
     print(table)
     if args.output:
-        output = Path(args.output)
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps(results, indent=2, allow_nan=False) + "\n")
-        output.with_suffix(".md").write_text(table + "\n")
-        print(f"\nWrote {output} and {output.with_suffix('.md')}")
+        json_path, md_path = write_report(args.output, results, table)
+        print(f"\nWrote {json_path} and {md_path}")
     return 0
 
 

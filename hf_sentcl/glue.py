@@ -21,7 +21,6 @@ offline) reads the SentEval data directory's copies of three tasks:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -36,6 +35,7 @@ from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 from hf_sentcl.defaults import resolve_data_dir
+from hf_sentcl.evaluation.report import write_report
 from hf_sentcl.evaluation.sts import read_lines, read_stsbenchmark
 
 GLUE_HUB_ID = "nyu-mll/glue"
@@ -340,13 +340,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = glue_markdown_table({args.model: results})
     print(table)
     if args.output:
-        output = Path(args.output)
-        output.parent.mkdir(parents=True, exist_ok=True)
         payload = {"model": args.model, "source": args.source, "settings": {
             k: v for k, v in vars(settings).items() if k != "extra"}, "tasks": results}
-        output.write_text(json.dumps(payload, indent=2, default=list) + "\n")
-        output.with_suffix(".md").write_text(table + "\n")
-        print(f"\nWrote {output} and {output.with_suffix('.md')}")
+        json_path, md_path = write_report(args.output, payload, table, default=list)
+        print(f"\nWrote {json_path} and {md_path}")
     return 0
 
 

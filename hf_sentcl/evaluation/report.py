@@ -83,12 +83,14 @@ def read_json(path: str | Path) -> Any:
         raise ValueError(f"'{path}' is not a JSON file: {err}") from None
 
 
-def write_results(output_dir: str | Path, results: dict[str, Any], table: str) -> tuple[Path, Path]:
-    """Write `results.json` and `results.md` into `output_dir`; return both paths."""
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    json_path = output_dir / "results.json"
-    md_path = output_dir / "results.md"
-    write_json(json_path, results)
+def write_report(json_path: str | Path, content: Any, table: str, **json_kwargs: Any) -> tuple[Path, Path]:
+    """Write `content` as JSON to `json_path` and the Markdown `table` beside it (same name, `.md`); return both."""
+    json_path = write_json(json_path, content, **json_kwargs)
+    md_path = json_path.with_suffix(".md")
     md_path.write_text(table + "\n")
     return json_path, md_path
+
+
+def write_results(output_dir: str | Path, results: dict[str, Any], table: str) -> tuple[Path, Path]:
+    """Write a run's `results.json` and `results.md` into `output_dir`; return both paths."""
+    return write_report(Path(output_dir) / "results.json", results, table)
