@@ -55,6 +55,7 @@ from hf_sentcl.modeling import POOLING_MODES, SentenceEncoder, SentenceEncoderCo
 from hf_sentcl.modeling.export_plan import ExportError, ExportPlan, plan_export
 from hf_sentcl.modeling.peft import save_adapter
 from hf_sentcl.modeling.pooling import pool
+from hf_sentcl.health import is_collapsed, nonfinite_tensors
 
 logger = logging.getLogger("hf_sentcl")
 
@@ -193,7 +194,7 @@ def export_encoder(
 # ------------------------------------------------------------------------------------------------ checking
 def check_weights(encoder: SentenceEncoder) -> None:
     """ExportError when a weight of the encoder is NaN or infinite (a diverged training must not be published)."""
-    bad = [name for name, p in encoder.state_dict().items() if p.is_floating_point() and not torch.isfinite(p).all()]
+    bad = nonfinite_tensors(encoder)
     if bad:
         raise ExportError(
             f"The encoder has non-finite weights ({len(bad)} tensors, e.g. {bad[:3]}); training diverged. Nothing "
@@ -202,11 +203,11 @@ def check_weights(encoder: SentenceEncoder) -> None:
 
 
 def check_embeddings(embeddings: np.ndarray, where: str) -> None:
-    """ExportError when the probe embeddings are non-finite, or collapsed (every sentence gets the same vector)."""
+    """ExportError when the probe embeddings are non-finite, or collapsed (every sentence gets nearly the same
+    vector, by the criterion a run applies to its final model: `hf_sentcl.health`)."""
     if not np.isfinite(embeddings).all():
         raise ExportError(f"{where} returns non-finite embeddings (NaN or infinity); nothing was exported.")
-    spread = np.abs(embeddings - embeddings[:1]).max()
-    if len(embeddings) > 1 and spread <= 1e-6 * max(float(np.abs(embeddings).max()), 1e-12):
+    if is_collapsed(embeddings):
         raise ExportError(
             f"{where} gives every probe sentence the same vector (a collapsed model); nothing was exported."
         )

@@ -41,7 +41,7 @@ from hf_sentcl.preflight import BackboneError, backbone_config, max_sequence_len
 from hf_sentcl.push import publish_run
 from hf_sentcl.run_folder import check_run_folder
 from hf_sentcl.run_metadata import run_metadata
-from hf_sentcl.trainers.health import TrainingFailure, check_final_model
+from hf_sentcl.health import TrainingFailure, check_final_model
 from hf_sentcl.trainers.registry import METHODS, get_method
 
 logger = logging.getLogger("hf_sentcl")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from hf_sentcl.parser import Recipe, RecipeError
 from hf_sentcl.preflight import local_weight_bytes
-from hf_sentcl.trainers.health import CHECKPOINT_COMPLETE
+from hf_sentcl.health import CHECKPOINT_COMPLETE
 #: names (glob patterns) whose presence in output_dir means it holds a finished or partial run
 RUN_ENTRIES = (
     "results.json", "results.md", "model.safetensors", "pytorch_model.bin", "*.safetensors.index.json",

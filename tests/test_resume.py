@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from hf_sentcl.run import main
-from hf_sentcl.trainers.health import CHECKPOINT_COMPLETE
+from hf_sentcl.health import CHECKPOINT_COMPLETE
 
 from helpers import random_sentences
 

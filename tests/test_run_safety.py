@@ -12,7 +12,7 @@ import torch
 from hf_sentcl.evaluate import main as evaluate_main
 from hf_sentcl.evaluation.report import write_results
 from hf_sentcl.run import main
-from hf_sentcl.trainers.health import TrainingFailure, check_final_model, check_finite_loss
+from hf_sentcl.health import TrainingFailure, check_final_model, check_finite_loss
 from hf_sentcl.trainers.simcse import SimCSETrainer
 
 from helpers import random_sentences

@@ -51,7 +51,7 @@ from hf_sentcl.evaluation.sts import STSEvaluator
 from hf_sentcl.modeling.fast_dropout import use_fast_dropout
 from hf_sentcl.trainers.cached import cached_training_step
 from hf_sentcl.trainers.callbacks import TrainingCostCallback
-from hf_sentcl.trainers.health import CHECKPOINT_COMPLETE, check_finite_loss
+from hf_sentcl.health import CHECKPOINT_COMPLETE, check_finite_loss
 from hf_sentcl.trainers.length_buckets import forward_in_length_buckets
 
 

@@ -44,10 +44,20 @@ def relative_spread(embeddings: np.ndarray) -> float:
     return float(np.sqrt(((x - x.mean(axis=0)) ** 2).sum(axis=1).mean()) / scale)
 
 
+def nonfinite_tensors(model: nn.Module) -> list[str]:
+    """Names of `model`'s floating-point weights and buffers that hold a NaN or an infinity."""
+    return [name for name, t in model.state_dict().items() if t.is_floating_point() and not torch.isfinite(t).all()]
+
+
+def is_collapsed(embeddings: np.ndarray) -> bool:
+    """True when the rows of `embeddings` lie within `COLLAPSE_SPREAD` (relative spread) of their mean."""
+    return len(embeddings) > 1 and relative_spread(embeddings) < COLLAPSE_SPREAD
+
+
 def check_final_model(model: nn.Module, embeddings: np.ndarray) -> None:
     """Raise TrainingFailure if `model` has non-finite weights or `embeddings` (of distinct dev sentences) are
     non-finite or collapsed (see the module docstring)."""
-    bad = [name for name, p in model.named_parameters() if not torch.isfinite(p.detach()).all()]
+    bad = nonfinite_tensors(model)
     if bad:
         raise TrainingFailure(
             f"the trained model has non-finite weights in {len(bad)} tensor(s) (first: {bad[0]}); nothing was "
@@ -55,10 +65,9 @@ def check_final_model(model: nn.Module, embeddings: np.ndarray) -> None:
         )
     if not np.isfinite(embeddings).all():
         raise TrainingFailure("the trained model's STS-B dev embeddings are not finite; nothing was exported.")
-    spread = relative_spread(embeddings)
-    if spread < COLLAPSE_SPREAD:
+    if is_collapsed(embeddings):
         raise TrainingFailure(
-            f"the trained model collapsed: its STS-B dev embeddings lie within {spread:.2e} (relative spread, "
-            f"< {COLLAPSE_SPREAD}) of their mean, every sentence maps to nearly one vector; nothing was exported. "
-            "Lower learning_rate or raise temperature."
+            f"the trained model collapsed: its STS-B dev embeddings lie within {relative_spread(embeddings):.2e} "
+            f"(relative spread, < {COLLAPSE_SPREAD}) of their mean, every sentence maps to nearly one vector; nothing "
+            "was exported. Lower learning_rate or raise temperature."
         )
