@@ -152,8 +152,14 @@ def check_run_folder(recipe: Recipe) -> Recipe:
             "output_dir, resume it with '--resume_from_checkpoint latest', or set 'overwrite_output_dir: true' "
             "to replace it."
         )
+    created = not output_dir.exists()
     check_writable(output_dir, f"{recipe.source}: key 'output_dir'")
-    check_free_space(recipe, output_dir)
+    try:
+        check_free_space(recipe, output_dir)
+    except RecipeError:
+        if created:  # leave no empty folder behind a refused run
+            output_dir.rmdir()
+        raise
     if entries and args.overwrite_output_dir and not is_resume_here and int(os.environ.get("RANK", "0")) == 0:
         for old in output_dir.glob("checkpoint-*"):
             if old.is_dir():
