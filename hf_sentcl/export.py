@@ -276,7 +276,9 @@ def verify_export(
     check_embeddings(reference, "The encoder")
     loaded = {
         "transformers": automodel_encode(out_dir, sentences, plan),
-        "sentence-transformers": SentenceTransformer(str(out_dir), device="cpu").encode(list(sentences)),
+        "sentence-transformers": SentenceTransformer(str(out_dir), device="cpu").encode(
+            list(sentences), show_progress_bar=False
+        ),
     }
     differences = {}
     for loader, embeddings in loaded.items():
