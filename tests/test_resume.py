@@ -2,7 +2,7 @@
 uninterrupted run, a half-written checkpoint is never taken as the latest, and the loss curve covers the whole run.
 
 The "crash" is a copy of the uninterrupted run's folder cut back to a checkpoint (deterministic and fast); the
-SIGKILL variant and the 2-process one are measured in docs/reliability.md."""
+SIGKILL variant, with one and two processes, is tests/test_crash.py."""
 
 import json
 import shutil
