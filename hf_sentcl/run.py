@@ -193,11 +193,18 @@ def evaluate_suites(encoder: SentenceEncoder, suites: EvaluationSuites, recipe: 
     return suites(encoder, batch_size=recipe.training.per_device_eval_batch_size, bf16=recipe.data.eval_bf16)
 
 
-def run(recipe: Recipe) -> dict[str, Any]:
-    """Train and evaluate as the recipe says, every stage of a chained method in turn; returns the (last stage's)
-    results dict that is also written to disk."""
+def checked(recipe: Recipe) -> Recipe:
+    """The recipe after every check that needs no model (RecipeError otherwise), with resume_from_checkpoint
+    resolved to a checkpoint folder."""
     validate_recipe(recipe)
-    recipe = check_run_folder(recipe)  # after the recipe's own checks: it creates output_dir to probe it
+    return check_run_folder(recipe)  # after the recipe's own checks: it creates output_dir to probe it
+
+
+def run(recipe: Recipe, *, already_checked: bool = False) -> dict[str, Any]:
+    """Train and evaluate as the recipe says, every stage of a chained method in turn; returns the (last stage's)
+    results dict that is also written to disk. The recipe is checked first unless `already_checked` (by `checked`)."""
+    if not already_checked:
+        recipe = checked(recipe)
     quiet_progress_bars(recipe)
     stages = get_method(recipe.method).stages(recipe)
     for stage in stages[:-1]:
@@ -341,14 +348,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     datasets.utils.logging.set_verbosity_warning()
     transformers.utils.logging.set_verbosity_warning()
     try:
-        recipe = parse_recipe(argv[0], argv[1:])
-        validate_recipe(recipe)
-        recipe = check_run_folder(recipe)
+        recipe = checked(parse_recipe(argv[0], argv[1:]))
     except (RecipeError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     try:
-        results = run(recipe)
+        results = run(recipe, already_checked=True)
     except TrainingFailure as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
