@@ -244,7 +244,7 @@ def test_list_key_rejects_wrong_item_type(tmp_path):
 @pytest.mark.parametrize("method, key, value, choices", [
     ("simcse", "pooling", "meen", "cls, cls_before_pooler, mean, max, first_last_avg, last2_avg"),
     ("simcse", "sts_mode", "avg", "all, mean, wmean"),
-    ("simcse", "unlabeled_sts", "sts", "stsb, all"),
+    ("simcse", "unlabeled_sts", "sts", "stsb, all, all-scored"),
     ("simcse", "margin_type", "adaptive", "constant, dynamic"),
     ("simcse", "eval_strategy", "sometimes", "no, steps, epoch"),
     ("self_guided", "objective", "sgopt", "sg, opt1, opt2, sg-opt"),
@@ -276,6 +276,17 @@ def test_choices_come_from_the_literal_types():
     assert tuple(parser.actions["pooling"].choices) == POOLING_MODES
     assert tuple(parser.actions["objective"].choices) == literal_choices(METHODS["self_guided"].config_class)[
         "objective"]
+
+
+def test_every_unlabeled_sts_corpus_is_accepted(tmp_path):
+    """The recipe key's choices are exactly the corpora the STS reader builds (a Literal once lacked 'all-scored')."""
+    from hf_sentcl.configs.validation import literal_choices
+    from hf_sentcl.evaluation.sts import UNLABELED_STS
+
+    assert tuple(literal_choices(DataArguments)["unlabeled_sts"]) == UNLABELED_STS
+    for corpus in UNLABELED_STS:
+        recipe = parse_recipe(write(tmp_path, "method: consert\n"), ["--unlabeled_sts", corpus])
+        assert recipe.data.unlabeled_sts == corpus
 
 
 def test_configs_built_in_python_check_their_choices(tmp_path):

@@ -91,7 +91,7 @@ class DataArguments:
     dataset_name: str | None = field(
         default=None, metadata={"help": "A `datasets` id to train on instead of train_file."}
     )
-    unlabeled_sts: Literal["stsb", "all"] | None = field(
+    unlabeled_sts: Literal["stsb", "all", "all-scored"] | None = field(
         default=None,
         metadata={
             "help": "Train on the unlabeled sentences of STS sets from the data directory instead of a file: "
