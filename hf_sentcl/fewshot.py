@@ -21,6 +21,8 @@ recipe and overrides say. Protocol choices (the paper gives none of them):
 Lines of the plot: the untouched model (the first run's before-training evaluation, or the `--full-results`
 run's) and the full-data run (`--full-results` names an existing run's results.json; otherwise the recipe is
 trained once more without a subset, with the first seed, into `<output_dir>/full`).
+A rerun (after a crash, or with more sizes or seeds) reuses every run whose results.json was written with the same
+training settings and checks every other output_dir before anything trains.
 Writes `<output_dir>/fewshot.json`, `fewshot.md` and `fewshot.png`; standard deviations are sample ones (ddof=1).
 """
 
@@ -37,10 +39,11 @@ from accelerate import PartialState
 
 from hf_sentcl.data.corpus import load_training_dataset
 from hf_sentcl.evaluation.plots import plot_fewshot_curve
-from hf_sentcl.evaluation.report import SHORT_NAMES
+from hf_sentcl.evaluation.report import SHORT_NAMES, write_json
 from hf_sentcl.evaluation.sts import STS_TASKS
 from hf_sentcl.parser import Recipe, RecipeError, parse_recipe
-from hf_sentcl.run import run, validate_recipe
+from hf_sentcl.run import checked, run, validate_recipe
+from hf_sentcl.run_metadata import non_default_settings
 from hf_sentcl.seeds import parse_seeds
 from hf_sentcl.trainers.registry import get_method
 
@@ -50,6 +53,8 @@ USAGE = (
 )
 #: fewer texts than this leave in-batch contrastive losses without a negative
 MIN_SUBSET_SIZE = 2
+#: settings that change what a run reports but not the model it trains (a finished run is reused despite them)
+EVALUATION_ONLY_SETTINGS = frozenset({"eval_before_training"})
 SKIP_REASON = (
     "skipped: an in-batch contrastive loss over 2 views of 1 text has no negative (loss 0, no gradient); the paper "
     "does not say how it trained on 1 text"
@@ -119,10 +124,31 @@ def sweep_recipes(
         recipes[0, seeds[0]] = parse_recipe(
             recipe_path, overrides, seed=seeds[0], output_dir=str(root / "full"), eval_before_training=False
         )
-    for recipe in recipes.values():
+    for key, recipe in recipes.items():
         validate_recipe(recipe)
+        if finished_results(recipe) is None:
+            recipes[key] = checked(recipe)  # an output_dir holding another or an unfinished run fails here
     check_sizes(base, sizes)
     return recipes
+
+
+def _comparable_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in json.loads(json.dumps(settings)).items() if k not in EVALUATION_ONLY_SETTINGS}
+
+
+def finished_results(recipe: Recipe) -> dict[str, Any] | None:
+    """The results.json in the recipe's output_dir when that run finished with the same training settings, so that a
+    rerun sweep (after a crash, or with more sizes or seeds) reuses it instead of training it again; else None."""
+    path = Path(recipe.training.output_dir) / "results.json"
+    if not path.is_file():
+        return None
+    try:
+        results = json.loads(path.read_text())
+    except ValueError:
+        return None
+    if _comparable_settings(results.get("recipe_settings", {})) != _comparable_settings(non_default_settings(recipe)):
+        return None
+    return results
 
 
 def check_sizes(base: Recipe, sizes: Sequence[int]) -> None:
@@ -203,8 +229,10 @@ def run_fewshot(
     skipped = [s for s in sizes if s < MIN_SUBSET_SIZE]
     results: dict[tuple[int, int], dict[str, Any]] = {}
     for (size, seed), recipe in recipes.items():
-        print(f"\n=== {size or 'all'} texts, seed {seed} -> {recipe.training.output_dir}", flush=True)
-        results[size, seed] = run(recipe)
+        done = finished_results(recipe)
+        state = "finished earlier, reused" if done is not None else "training"
+        print(f"\n=== {size or 'all'} texts, seed {seed} -> {recipe.training.output_dir} ({state})", flush=True)
+        results[size, seed] = done if done is not None else run(recipe, already_checked=True)
         gc.collect()
     if not PartialState().is_main_process:
         return {}
@@ -215,7 +243,7 @@ def run_fewshot(
     root = Path(parse_recipe(recipe_path, overrides).training.output_dir)
     root.mkdir(parents=True, exist_ok=True)
     table = sweep_markdown(summary)
-    (root / "fewshot.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_json(root / "fewshot.json", summary)
     (root / "fewshot.md").write_text(table + "\n")
     points = {int(n): (row["Avg"]["mean"], row["Avg"]["std"] or 0.0) for n, row in summary["sizes"].items()}
     plot_fewshot_curve(

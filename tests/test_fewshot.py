@@ -109,7 +109,7 @@ def test_summary_table_and_plot(tmp_path):
     assert path.stat().st_size > 1000
 
 
-def test_sweep_end_to_end(tmp_path, tiny_bert_dir, senteval_dir):
+def test_sweep_end_to_end(tmp_path, tiny_bert_dir, senteval_dir, capsys):
     """Sizes 1, 4, 16 x seeds 1, 2 plus the full-data run: size 1 is skipped, the batch is min(batch, N), every run
     trains on its own seeded subset, and fewshot.json / .md / .png hold the per-size means."""
     train = tmp_path / "train.txt"
@@ -137,3 +137,19 @@ def test_sweep_end_to_end(tmp_path, tiny_bert_dir, senteval_dir):
     full = json.loads((out / "full" / "results.json").read_text())
     assert summary["full"]["Avg"] == pytest.approx(full["sts"]["after"]["Avg"])
     assert main([str(recipe), "--subset-sizes", "41", "--seeds", "1"]) == 2  # larger than the 40 texts
+
+    # A rerun with one more seed reuses the finished runs (and the full-data run) and trains only the new one ...
+    stamps = {key: (out / f"size-{key[0]}" / f"seed-{key[1]}" / "results.json").stat().st_mtime_ns for key in runs}
+    assert main([str(recipe), "--subset-sizes", "4,16", "--seeds", "1,2,3"]) == 0
+    assert stamps == {key: (out / f"size-{key[0]}" / f"seed-{key[1]}" / "results.json").stat().st_mtime_ns
+                      for key in runs}
+    summary = json.loads((out / "fewshot.json").read_text())
+    assert summary["sizes"]["16"]["seeds"] == [1, 2, 3]
+    assert summary["sizes"]["16"]["Avg"]["values"][:2] == pytest.approx(avg)
+    # ... while a finished run with other training settings is refused before anything trains.
+    (out / "size-4" / "seed-9").mkdir()
+    (out / "size-4" / "seed-9" / "results.json").write_text(json.dumps({"recipe_settings": {"method": "simcse"}}))
+    assert main([str(recipe), "--subset-sizes", "4", "--seeds", "9", "--full-results", str(out / "full" /
+                "results.json")]) == 2
+    assert "seed-9' already holds a run" in capsys.readouterr().err
+    assert not (out / "size-4" / "seed-9" / "model.safetensors").exists()

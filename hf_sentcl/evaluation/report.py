@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -64,11 +65,14 @@ def transfer_markdown_table(transfer: Mapping[str, Any], note: bool = True) -> s
 
 def write_json(path: str | Path, content: Any, **kwargs: Any) -> Path:
     """Write `content` as indented JSON (parent folders created). NaN and infinity are refused with a ValueError,
-    since they would make the file invalid JSON for every other reader."""
+    since they would make the file invalid JSON for every other reader. The file is replaced in one step, so a
+    crash mid-write leaves the old file or the new one, never half of one (reruns trust a results.json)."""
     path = Path(path)
     text = json.dumps(content, indent=2, allow_nan=False, **kwargs) + "\n"  # fails before the file is touched
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text)
+    os.replace(partial, path)
     return path
 
 
