@@ -305,15 +305,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m hf_sentcl.glue", description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="Saved encoder, plain backbone, Hub id or the embedded alias.")
     parser.add_argument(
-        "--tasks", default=",".join(SENTEVAL_GLUE_TASKS), help=f"Comma-separated: {', '.join(GLUE_TASKS)}."
+        "--tasks", default=",".join(SENTEVAL_GLUE_TASKS), help=f"Comma-separated: {', '.join(GLUE_TASKS)} (default: sst2,mrpc,stsb, the offline ones)."
     )
     parser.add_argument("--source", choices=GLUE_SOURCES, default="senteval",
                         help="senteval: the data directory's SST-2/MRPC/STS-B (offline); hub: nyu-mll/glue (online).")
     parser.add_argument("--seeds", default="1", help="Comma-separated fine-tuning seeds (mean ± std over them).")
-    parser.add_argument("--epochs", type=float, default=3.0)
-    parser.add_argument("--learning-rate", type=float, default=2e-5)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--max-seq-length", type=int, default=128)
+    parser.add_argument("--epochs", type=float, default=3.0, help="Fine-tuning epochs per task and seed (default 3).")
+    parser.add_argument("--learning-rate", type=float, default=2e-5, help="AdamW learning rate, 10%% warm-up then linear decay (default 2e-5).")
+    parser.add_argument("--batch-size", type=int, default=32, help="Fine-tuning batch size (default 32).")
+    parser.add_argument("--max-seq-length", type=int, default=128, help="Tokens per sentence or sentence pair (default 128).")
     parser.add_argument("--max-train-samples", type=int, default=None, help="Fine-tune on the first N train examples.")
     parser.add_argument("--data-dir", default=None, help="SentEval-format directory (default: $HF_SENTCL_DATA).")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available).")
