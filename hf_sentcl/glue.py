@@ -305,7 +305,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m hf_sentcl.glue", description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="Saved encoder, plain backbone, Hub id or the embedded alias.")
     parser.add_argument(
-        "--tasks", default=",".join(SENTEVAL_GLUE_TASKS), help=f"Comma-separated: {', '.join(GLUE_TASKS)} (default: sst2,mrpc,stsb, the offline ones)."
+        "--tasks", default=",".join(SENTEVAL_GLUE_TASKS),
+        help=f"Comma-separated: {', '.join(GLUE_TASKS)} (default: {','.join(SENTEVAL_GLUE_TASKS)}, the offline ones).",
     )
     parser.add_argument("--source", choices=GLUE_SOURCES, default="senteval",
                         help="senteval: the data directory's SST-2/MRPC/STS-B (offline); hub: nyu-mll/glue (online).")
