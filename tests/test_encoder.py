@@ -29,6 +29,20 @@ def test_from_backbone_keeps_pretrained_weights(tiny_backbone_dir):
         assert torch.equal(value, reference[name]), name
 
 
+def test_config_carries_the_tokenizers_special_tokens(tiny_backbone_dir, tmp_path):
+    """Trainer aligns the model config's pad/bos/eos ids with the tokenizer's and warns when it has to; the encoder
+    states them itself (BERT: pad only; RoBERTa: pad, bos, eos), also after a save and reload."""
+    from transformers.trainer_utils import align_special_tokens
+
+    encoder = SentenceEncoder.from_backbone(str(tiny_backbone_dir), pooling="mean")
+    encoder.save_pretrained(tmp_path)
+    for model in (encoder, SentenceEncoder.from_pretrained(tmp_path)):
+        assert model.config.pad_token_id == model.tokenizer.pad_token_id is not None
+        before = model.config.to_dict()
+        align_special_tokens(model, model.tokenizer)
+        assert model.config.to_dict() == before
+
+
 def test_encode_input_order_with_duplicates(tiny_backbone_dir):
     """encode returns one row per input in input order; each row equals encoding that sentence alone."""
     encoder = SentenceEncoder.from_backbone(str(tiny_backbone_dir), pooling="mean")

@@ -145,9 +145,13 @@ class SentenceEncoder(PreTrainedModel):
             self.tokenizer.save_pretrained(save_directory)
 
     def attach_tokenizer(self, tokenizer: PreTrainedTokenizerBase) -> None:
-        """Attach the tokenizer `encode` uses, after checking that it fits the backbone's vocabulary."""
+        """Attach the tokenizer `encode` uses, after checking that it fits the backbone's vocabulary. Its special
+        token ids go into the config too, as transformers' Trainer expects (else it aligns them with a warning)."""
         check_tokenizer_matches(tokenizer, self.config.backbone_config)
         self.tokenizer = tokenizer
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+            if getattr(tokenizer, name, None) is not None:
+                setattr(self.config, name, getattr(tokenizer, name))
 
     @property
     def max_seq_length(self) -> int:
