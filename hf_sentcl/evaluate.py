@@ -21,6 +21,7 @@ from hf_sentcl.evaluation.transfer import SENTEVAL_SEED, TRANSFER_TASKS, Transfe
 from hf_sentcl.evaluation.whitening import WHITENING_FITS, WhiteningSpec, whitened_sts_scores
 from hf_sentcl.glue import GlueEvaluator, GlueSettings, glue_markdown_table
 from hf_sentcl.modeling import POOLING_MODES, SentenceEncoder
+from hf_sentcl.progress import quiet_library_bars
 from hf_sentcl.run_folder import check_writable
 
 EVAL_SUITES = ("sts", "transfer", "glue")
@@ -209,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    quiet_library_bars()
     suites = _names(args.tasks)
     try:
         check_suites(suites)

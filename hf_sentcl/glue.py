@@ -37,6 +37,7 @@ from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 from hf_sentcl.defaults import resolve_data_dir
 from hf_sentcl.evaluation.report import write_report
 from hf_sentcl.evaluation.sts import read_lines, read_stsbenchmark
+from hf_sentcl.progress import quiet_library_bars, watched
 
 GLUE_HUB_ID = "nyu-mll/glue"
 GLUE_SOURCES = ("senteval", "hub")
@@ -257,7 +258,7 @@ class GlueEvaluator:
                 per_device_train_batch_size=settings.batch_size, per_device_eval_batch_size=2 * settings.batch_size,
                 warmup_steps=settings.warmup_ratio, weight_decay=0.01, seed=seed, data_seed=seed,
                 eval_strategy="no", save_strategy="no", report_to="none", logging_strategy="no", use_cpu=use_cpu,
-                disable_tqdm=True, **settings.extra,
+                disable_tqdm=not watched(), **settings.extra,
             )
             trainer = Trainer(
                 model=model, args=args, train_dataset=tokenize(data.train),
@@ -324,6 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    quiet_library_bars()
     try:
         seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
         settings = GlueSettings(

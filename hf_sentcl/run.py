@@ -38,6 +38,7 @@ from hf_sentcl.modeling.peft import ADAPTER_DIRNAME, merge_adapters, parameter_c
 from hf_sentcl.parser import USAGE as RECIPE_USAGE
 from hf_sentcl.parser import Recipe, RecipeError, merged_values, method_help, parse_recipe
 from hf_sentcl.preflight import BackboneError, backbone_config, max_sequence_length
+from hf_sentcl.progress import quiet_library_bars, watched
 from hf_sentcl.push import publish_run
 from hf_sentcl.run_folder import check_run_folder
 from hf_sentcl.run_metadata import run_metadata
@@ -219,12 +220,11 @@ def quiet_progress_bars(recipe: Recipe) -> None:
     Bars redrawn into a file leave carriage returns and cursor-up (`[A`) fragments; `disable_tqdm` set in the recipe
     is kept.
     """
-    if sys.stderr.isatty():
+    if watched():
         return
     if "disable_tqdm" not in recipe.explicit_keys:
         recipe.training.disable_tqdm = True
-    datasets.disable_progress_bars()
-    transformers.utils.logging.disable_progress_bar()  # weight loading/saving, and huggingface_hub's
+    quiet_library_bars()
 
 
 def run_stage(recipe: Recipe) -> dict[str, Any]:

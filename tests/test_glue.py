@@ -131,6 +131,23 @@ def test_regression_task_and_cli(tmp_path, tiny_bert_dir, capsys):
     assert "cola" in capsys.readouterr().err
 
 
+def test_cli_log_has_no_bars_without_a_terminal(tmp_path, tiny_bert_dir, capfd):
+    """Into a log file (stderr not a terminal) the command writes lines, not redrawn bars: no weight-loading,
+    tokenising or training bars (each of the 9 fine-tunings of a real run would add several)."""
+    import datasets
+    import transformers
+
+    datasets.enable_progress_bars()  # as in a fresh process, whatever earlier tests turned off
+    transformers.utils.logging.enable_progress_bar()
+    data = write_tiny_glue(tmp_path / "data")
+    argv = ["--model", str(tiny_bert_dir), "--tasks", "sst2", "--data-dir", str(data), "--epochs", "1",
+            "--max-train-samples", "16", "--device", "cpu"]
+    assert main(argv) == 0
+    out, err = capfd.readouterr()
+    assert "| sst2 | Avg |" in out
+    assert not [mark for mark in ("\r", "\x1b[A", "it/s]", "examples/s]") if mark in err], err[-2000:]
+
+
 def test_glue_suite_after_training(tmp_path, tiny_bert_dir):
     """eval_tasks [sts, glue]: the run fine-tunes the untouched and the trained backbone on the GLUE tasks and
     writes both into results.json; bad glue_* keys are refused before any model loads."""

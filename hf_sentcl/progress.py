@@ -1,0 +1,26 @@
+"""Progress bars only where someone watches them: a terminal on stderr.
+
+Bars redrawn into a log file or CI output leave carriage returns and cursor-up (`[A`) fragments between the lines
+that matter, so every command line turns the libraries' bars off when stderr is not a terminal.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def watched() -> bool:
+    """Whether stderr is a terminal, where progress bars are worth drawing."""
+    return sys.stderr.isatty()
+
+
+def quiet_library_bars() -> None:
+    """Without a terminal on stderr: no `datasets` bars (map, tokenising) and no transformers bars (weight loading
+    and saving, huggingface_hub downloads)."""
+    if watched():
+        return
+    import datasets
+    import transformers
+
+    datasets.disable_progress_bars()
+    transformers.utils.logging.disable_progress_bar()
