@@ -53,8 +53,9 @@ USAGE = (
 )
 #: fewer texts than this leave in-batch contrastive losses without a negative
 MIN_SUBSET_SIZE = 2
-#: settings that change what a run reports but not the model it trains (a finished run is reused despite them)
-EVALUATION_ONLY_SETTINGS = frozenset({"eval_before_training"})
+#: settings that change what a run reports or draws but not the model it trains (a finished run is reused despite
+#: them); a run without a terminal records disable_tqdm: true, which a rerun on a terminal does not ask for
+EVALUATION_ONLY_SETTINGS = frozenset({"eval_before_training", "disable_tqdm"})
 SKIP_REASON = (
     "skipped: an in-batch contrastive loss over 2 views of 1 text has no negative (loss 0, no gradient); the paper "
     "does not say how it trained on 1 text"

@@ -1,6 +1,7 @@
 """Few-shot training (ConSERT section 5.3): the seeded random subset of the training texts, its wiring into the
 plain-text and NLI loaders, and the `python -m hf_sentcl.seeds --subset-sizes` sweep end to end on the tiny BERT."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -146,6 +147,20 @@ def test_sweep_end_to_end(tmp_path, tiny_bert_dir, senteval_dir, capsys):
     summary = json.loads((out / "fewshot.json").read_text())
     assert summary["sizes"]["16"]["seeds"] == [1, 2, 3]
     assert summary["sizes"]["16"]["Avg"]["values"][:2] == pytest.approx(avg)
+    # Display and evaluation-only settings do not count (a run logged without a terminal records disable_tqdm),
+    # a training setting does.
+    from hf_sentcl.fewshot import finished_results
+    from hf_sentcl.parser import parse_recipe
+
+    def rerun(eval_before_training=False, **changes):
+        recipe_16_2 = parse_recipe(recipe, seed=2, train_subset_size=16, train_subset_seed=2,
+                                   output_dir=str(out / "size-16" / "seed-2"), eval_before_training=eval_before_training)
+        return finished_results(dataclasses.replace(
+            recipe_16_2, training=dataclasses.replace(recipe_16_2.training, **changes)))
+
+    assert rerun()["train"] == runs[16, 2]["train"]
+    assert rerun(disable_tqdm=False) is not None and rerun(eval_before_training=True) is not None
+    assert rerun(learning_rate=2e-3) is None
     # ... while a finished run with other training settings is refused before anything trains.
     (out / "size-4" / "seed-9").mkdir()
     (out / "size-4" / "seed-9" / "results.json").write_text(json.dumps({"recipe_settings": {"method": "simcse"}}))
