@@ -53,9 +53,8 @@ USAGE = (
 )
 #: fewer texts than this leave in-batch contrastive losses without a negative
 MIN_SUBSET_SIZE = 2
-#: settings that change what a run reports or draws but not the model it trains (a finished run is reused despite
-#: them); a run without a terminal records disable_tqdm: true, which a rerun on a terminal does not ask for
-EVALUATION_ONLY_SETTINGS = frozenset({"eval_before_training", "disable_tqdm"})
+#: settings that change what a run reports but not the model it trains (a finished run is reused despite them)
+EVALUATION_ONLY_SETTINGS = frozenset({"eval_before_training"})
 SKIP_REASON = (
     "skipped: an in-batch contrastive loss over 2 views of 1 text has no negative (loss 0, no gradient); the paper "
     "does not say how it trained on 1 text"
@@ -223,10 +222,12 @@ def sweep_markdown(summary: dict[str, Any]) -> str:
 
 def run_fewshot(
     recipe_path: str, sizes: Sequence[int], seeds: Sequence[int], overrides: Sequence[str] = (),
-    full_results: str | None = None,
+    full_results: str | None = None, recipes: dict[tuple[int, int], Recipe] | None = None,
 ) -> dict[str, Any]:
-    """Run the sweep and write `fewshot.json`, `fewshot.md` and `fewshot.png` into the recipe's output_dir."""
-    recipes = sweep_recipes(recipe_path, sizes, seeds, overrides, run_full=full_results is None)
+    """Run the sweep and write `fewshot.json`, `fewshot.md` and `fewshot.png` into the recipe's output_dir.
+    `recipes`: the sweep's runs as `sweep_recipes` returned them, when the caller has already checked them."""
+    if recipes is None:
+        recipes = sweep_recipes(recipe_path, sizes, seeds, overrides, run_full=full_results is None)
     skipped = [s for s in sizes if s < MIN_SUBSET_SIZE]
     results: dict[tuple[int, int], dict[str, Any]] = {}
     for (size, seed), recipe in recipes.items():

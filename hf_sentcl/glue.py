@@ -313,9 +313,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="senteval: the data directory's SST-2/MRPC/STS-B (offline); hub: nyu-mll/glue (online).")
     parser.add_argument("--seeds", default="1", help="Comma-separated fine-tuning seeds (mean ± std over them).")
     parser.add_argument("--epochs", type=float, default=3.0, help="Fine-tuning epochs per task and seed (default 3).")
-    parser.add_argument("--learning-rate", type=float, default=2e-5, help="AdamW learning rate, 10%% warm-up then linear decay (default 2e-5).")
+    parser.add_argument("--learning-rate", type=float, default=2e-5,
+                        help="AdamW learning rate, 10%% warm-up then linear decay (default 2e-5).")
     parser.add_argument("--batch-size", type=int, default=32, help="Fine-tuning batch size (default 32).")
-    parser.add_argument("--max-seq-length", type=int, default=128, help="Tokens per sentence or sentence pair (default 128).")
+    parser.add_argument("--max-seq-length", type=int, default=128,
+                        help="Tokens per sentence or sentence pair (default 128).")
     parser.add_argument("--max-train-samples", type=int, default=None, help="Fine-tune on the first N train examples.")
     parser.add_argument("--data-dir", default=None, help="SentEval-format directory (default: $HF_SENTCL_DATA).")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available).")

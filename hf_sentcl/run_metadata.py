@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from hf_sentcl.parser import Recipe
 
-# Settings never shown in the card: local paths, Hub plumbing and anything that could hold a secret.
+# Settings never shown in the card: local paths, Hub plumbing, log display and anything that could hold a secret.
 HIDDEN_SETTINGS = {
     "output_dir", "logging_dir", "run_name", "sts_data_dir", "overwrite_output_dir", "resume_from_checkpoint",
     "push_to_hub", "hub_model_id", "hub_private_repo", "hub_revision", "hub_strategy", "hub_always_push",
+    "disable_tqdm",  # how the log looked (set for runs without a terminal), not how the model was trained
 }
 VERSIONED_PACKAGES = (
     "hf-sentcl", "torch", "transformers", "sentence-transformers", "accelerate", "datasets", "huggingface-hub",

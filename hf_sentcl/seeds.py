@@ -192,11 +192,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         try:
             recipe, sizes, seeds, full, overrides = fewshot.split_fewshot_argv(argv)
-            fewshot.sweep_recipes(recipe, sizes, seeds, overrides, run_full=full is None)
+            recipes = fewshot.sweep_recipes(recipe, sizes, seeds, overrides, run_full=full is None)
         except (RecipeError, FileNotFoundError, ValueError) as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
-        fewshot.run_fewshot(recipe, sizes, seeds, overrides, full)
+        fewshot.run_fewshot(recipe, sizes, seeds, overrides, full, recipes=recipes)
         return 0
     try:
         recipe, seeds, overrides = split_argv(argv)

@@ -147,14 +147,16 @@ def test_sweep_end_to_end(tmp_path, tiny_bert_dir, senteval_dir, capsys):
     summary = json.loads((out / "fewshot.json").read_text())
     assert summary["sizes"]["16"]["seeds"] == [1, 2, 3]
     assert summary["sizes"]["16"]["Avg"]["values"][:2] == pytest.approx(avg)
-    # Display and evaluation-only settings do not count (a run logged without a terminal records disable_tqdm),
+    # Display and evaluation-only settings do not count (a run logged without a terminal sets disable_tqdm),
     # a training setting does.
     from hf_sentcl.fewshot import finished_results
     from hf_sentcl.parser import parse_recipe
 
     def rerun(eval_before_training=False, **changes):
-        recipe_16_2 = parse_recipe(recipe, seed=2, train_subset_size=16, train_subset_seed=2,
-                                   output_dir=str(out / "size-16" / "seed-2"), eval_before_training=eval_before_training)
+        recipe_16_2 = parse_recipe(
+            recipe, seed=2, train_subset_size=16, train_subset_seed=2, output_dir=str(out / "size-16" / "seed-2"),
+            eval_before_training=eval_before_training,
+        )
         return finished_results(dataclasses.replace(
             recipe_16_2, training=dataclasses.replace(recipe_16_2.training, **changes)))
 
