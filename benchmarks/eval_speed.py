@@ -26,7 +26,7 @@ import torch
 from sentence_transformers import SentenceTransformer
 
 from hf_sentcl import SentenceEncoder
-from hf_sentcl.defaults import EMBEDDED_MODEL_ALIAS, resolve_model_name
+from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS, resolve_model_name
 from hf_sentcl.evaluation.sts import STS_TASKS, STSEvaluator, combine_subsets, cosine_rows
 
 MODE = "all"

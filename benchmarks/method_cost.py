@@ -31,8 +31,8 @@ import datasets
 import torch
 from training_cost import alternating, medians, ratio, train_measured, trainer_from_recipe
 
-from hf_sentcl.defaults import resolve_data_dir
-from hf_sentcl.parser import Recipe, parse_recipe
+from hf_sentcl.hub.download import resolve_data_dir
+from hf_sentcl.recipe.parser import Recipe, parse_recipe
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 #: method label -> (recipe file, the method's own overrides)

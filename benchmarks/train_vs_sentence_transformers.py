@@ -54,10 +54,11 @@ from transformers import set_seed
 from training_cost import alternating, medians, profile_training_step, ratio, train_measured, trainer_from_recipe
 
 from hf_sentcl.data import load_training_dataset
-from hf_sentcl.defaults import EMBEDDED_MODEL_ALIAS, resolve_data_dir, resolve_model_name
+from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS, resolve_model_name
+from hf_sentcl.hub.download import resolve_data_dir
 from hf_sentcl.evaluation.sts import STSEvaluator
 from hf_sentcl.modeling.fast_dropout import ATTENTION_NAME as FAST_DROPOUT_ATTENTION
-from hf_sentcl.parser import Recipe, parse_cli_overrides, parse_recipe
+from hf_sentcl.recipe.parser import Recipe, parse_cli_overrides, parse_recipe
 
 HF, ST = "hf_sentcl", "sentence-transformers"
 #: TrainingArguments that must agree between the two trainers for the comparison to be fair

@@ -13,8 +13,8 @@ from accelerate.utils.launch import prepare_deepspeed_cmd_env, prepare_multi_gpu
 
 from hf_sentcl.configs import SimCSEConfig
 from hf_sentcl.configs.arguments import LAUNCHER_PRECISION_ENV, per_device_batch_size
-from hf_sentcl.parser import RecipeError, parse_recipe
-from hf_sentcl.run import validate_recipe
+from hf_sentcl.recipe.parser import RecipeError, parse_recipe
+from hf_sentcl.recipe.checks import validate_recipe
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "recipes" / "accelerate_configs"
 CONFIGS = sorted(CONFIG_DIR.glob("*.yaml"))

@@ -1,5 +1,5 @@
 """The layer x pooling study: every cell against the encoder configured for that layer and pooling, one backbone
-forward per batch, and `python -m hf_sentcl.analyze layers` writing its CSV and heatmap."""
+forward per batch, and `hf-sentcl analyze layers` writing its CSV and heatmap."""
 
 import csv
 import math
@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from hf_sentcl import SentenceEncoder
-from hf_sentcl.analyze import LAYER_POOLINGS, best_cell, layer_pooling_scores, main, pool_every_layer
+from hf_sentcl.evaluation.layers import LAYER_POOLINGS, best_cell, layer_pooling_scores, pool_every_layer
+from hf_sentcl.cli.analyze import main
 from hf_sentcl.evaluation.sts import STSEvaluator
 from hf_sentcl.modeling.pooling import masked_max, masked_mean
 

@@ -14,12 +14,13 @@ from torch import nn
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, TrainerState
 
 from hf_sentcl import SentenceEncoder
-from hf_sentcl import run as run_module
+from hf_sentcl.cli import train as train_cli
+from hf_sentcl.pipeline import train as run_module
 from hf_sentcl.augment.wordnet import WordNetError
 from hf_sentcl.configs import CLEARConfig
 from hf_sentcl.data import ViewCollator, tokenize_views
 from hf_sentcl.data.clear import DELETE_TOKEN, EXAMPLE_INDEX, CLEARCollator
-from hf_sentcl.export import export_encoder
+from hf_sentcl.export.writer import export_encoder
 from hf_sentcl.losses import nt_xent
 from hf_sentcl.trainers import CLEARTrainer
 from hf_sentcl.trainers.clear import (
@@ -340,7 +341,7 @@ def test_from_scratch_run_evaluates_the_fresh_backbone_before_training(
     )
     assert AutoModel.from_pretrained(tiny_bert_dir).config.num_hidden_layers != 1
     with pytest.raises(Stop):
-        run_module.main([str(recipe)])
+        train_cli.main([str(recipe)])
     assert evaluated == [1]
 
 
@@ -435,7 +436,7 @@ def test_recipe_pad_to_multiple_of_reaches_the_clear_collator(tiny_bert_dir, tmp
 @pytest.mark.parametrize("name", ["clear_bert", "clear_roberta", "clear_minilm"])
 def test_recipes_follow_eq2_and_sentevals_aggregation(repo_root, monkeypatch, name):
     """The CLEAR recipes sum L_CL over the 2N views (Eq. 2) and average STS12-16 per subset, as SentEval does."""
-    from hf_sentcl.parser import parse_recipe
+    from hf_sentcl.recipe.parser import parse_recipe
 
     monkeypatch.setenv("HF_SENTCL_DATA", "/data/senteval")
     recipe = parse_recipe(repo_root / "recipes" / f"{name}.yaml")

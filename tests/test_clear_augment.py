@@ -26,7 +26,7 @@ from hf_sentcl.data.clear import (
     add_delete_token,
     protected_ids,
 )
-from hf_sentcl.defaults import EMBEDDED_MODEL_ALIAS, resolve_model_name
+from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS, resolve_model_name
 
 from test_wordnet import write_wordnet
 

@@ -13,7 +13,7 @@ from datasets import Dataset
 from safetensors import safe_open
 from torch import nn
 
-import hf_sentcl.run as run_module
+import hf_sentcl.pipeline.train as run_module
 from hf_sentcl import SentenceEncoder
 from hf_sentcl.augment.embedding import (
     AugmentationRates,
@@ -26,8 +26,10 @@ from hf_sentcl.configs import ConSERTConfig
 from hf_sentcl.data import ViewCollator, tokenize_views
 from hf_sentcl.data.nli import LabelledViewCollator
 from hf_sentcl.losses import pair_classification_loss
-from hf_sentcl.parser import RecipeError, parse_recipe
-from hf_sentcl.run import main, run, validate_recipe
+from hf_sentcl.recipe.parser import RecipeError, parse_recipe
+from hf_sentcl.cli.train import main
+from hf_sentcl.pipeline.train import run
+from hf_sentcl.recipe.checks import validate_recipe
 from hf_sentcl.trainers.cached import split_batch
 from hf_sentcl.trainers.consert import (
     CLASSIFIER_FILE,
@@ -691,7 +693,7 @@ def test_recipes_carry_the_paper_settings(repo_root, monkeypatch, name):
 
 def test_card_names_the_nli_pairs_of_a_joint_run(repo_root, senteval_dir, monkeypatch):
     """results.json / the model card name the NLI source of a sup/joint stage, not the (unset) unlabeled text."""
-    from hf_sentcl.run_metadata import training_data_summary
+    from hf_sentcl.recipe.metadata import training_data_summary
 
     monkeypatch.setenv("HF_SENTCL_DATA", str(senteval_dir))
     joint = parse_recipe(repo_root / "recipes" / "consert_minilm_joint.yaml")

@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from hf_sentcl.health import CHECKPOINT_COMPLETE
+from hf_sentcl.modeling.health import CHECKPOINT_COMPLETE
 
 from helpers import random_sentences
 

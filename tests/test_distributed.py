@@ -6,7 +6,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from hf_sentcl.distributed import gather_with_grad, world_size
+from hf_sentcl.common.distributed import gather_with_grad, world_size
 from hf_sentcl.losses import info_nce
 from hf_sentcl.trainers.base import ContrastiveTrainer, scale_gradient
 

@@ -9,7 +9,7 @@ import pytest
 
 from hf_sentcl.configs.arguments import SentCLTrainingArguments
 from hf_sentcl.configs.perturbation import PerturbationArguments
-from hf_sentcl.trainers.registry import METHODS
+from hf_sentcl.methods import METHODS
 
 REPO = Path(__file__).resolve().parent.parent
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]

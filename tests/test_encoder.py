@@ -6,7 +6,7 @@ import torch
 from transformers import AutoModel
 
 from hf_sentcl import SentenceEncoder, SentenceEncoderConfig
-from hf_sentcl.defaults import EMBEDDED_MODEL_ALIAS
+from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS
 
 from helpers import bert_tokenizer_from_vocab_file, write_wordpiece_vocab
 

@@ -1,11 +1,11 @@
-"""`python -m hf_sentcl.evaluate` on the tiny BERT and the tiny SentEval layout."""
+"""`hf-sentcl evaluate` on the tiny BERT and the tiny SentEval layout."""
 
 import json
 
 import pytest
 
 from hf_sentcl import SentenceEncoder
-from hf_sentcl.evaluate import main
+from hf_sentcl.cli.evaluate import main
 from hf_sentcl.evaluation.sts import STSEvaluator
 
 

@@ -12,8 +12,11 @@ from sentence_transformers import SentenceTransformer
 from transformers import AutoConfig, AutoModel
 
 from hf_sentcl import SentenceEncoder
-from hf_sentcl.export import ExportError, export_encoder, main, plan_export, verify_export
-from hf_sentcl.model_card import transformers_snippet
+from hf_sentcl.export.plan import ExportError, plan_export
+from hf_sentcl.export.writer import export_encoder
+from hf_sentcl.cli.export import main
+from hf_sentcl.export.verify import verify_export
+from hf_sentcl.export.card import transformers_snippet
 
 from helpers import random_sentences
 

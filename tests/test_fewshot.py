@@ -1,5 +1,5 @@
 """Few-shot training (ConSERT section 5.3): the seeded random subset of the training texts, its wiring into the
-plain-text and NLI loaders, and the `python -m hf_sentcl.seeds --subset-sizes` sweep end to end on the tiny BERT."""
+plain-text and NLI loaders, and the `hf-sentcl sweep --subset-sizes` sweep end to end on the tiny BERT."""
 
 import dataclasses
 import json
@@ -12,9 +12,9 @@ from hf_sentcl.configs import DataArguments
 from hf_sentcl.data.corpus import load_training_dataset, random_subset
 from hf_sentcl.evaluation.plots import plot_fewshot_curve
 from hf_sentcl.evaluation.sts import unlabeled_sts_sentences
-from hf_sentcl.fewshot import parse_sizes, split_fewshot_argv, summarize_sweep, sweep_markdown
-from hf_sentcl.parser import RecipeError
-from hf_sentcl.seeds import main
+from hf_sentcl.pipeline.fewshot import parse_sizes, split_fewshot_argv, summarize_sweep, sweep_markdown
+from hf_sentcl.recipe.parser import RecipeError
+from hf_sentcl.cli.sweep import main
 
 from helpers import random_sentences
 
@@ -149,8 +149,8 @@ def test_sweep_end_to_end(tmp_path, tiny_bert_dir, senteval_dir, capsys):
     assert summary["sizes"]["16"]["Avg"]["values"][:2] == pytest.approx(avg)
     # Display and evaluation-only settings do not count (a run logged without a terminal sets disable_tqdm),
     # a training setting does.
-    from hf_sentcl.fewshot import finished_results
-    from hf_sentcl.parser import parse_recipe
+    from hf_sentcl.pipeline.fewshot import finished_results
+    from hf_sentcl.recipe.parser import parse_recipe
 
     def rerun(eval_before_training=False, **changes):
         recipe_16_2 = parse_recipe(

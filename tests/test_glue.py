@@ -8,10 +8,8 @@ import numpy as np
 import pytest
 
 from hf_sentcl import SentenceEncoder
-from hf_sentcl.glue import (
-    GLUE_TASKS, MRPC_DEV_SIZE, GlueEvaluator, GlueSettings, accuracy_and_f1, check_tasks, load_senteval_glue,
-    main, matthews, pearson_and_spearman, seed_stats,
-)
+from hf_sentcl.evaluation.glue import GLUE_TASKS, MRPC_DEV_SIZE, GlueEvaluator, GlueSettings, accuracy_and_f1, check_tasks, load_senteval_glue, matthews, pearson_and_spearman, seed_stats
+from hf_sentcl.cli.glue import main
 
 from helpers import declare_size, random_sentences
 
@@ -152,8 +150,9 @@ def test_glue_suite_after_training(tmp_path, tiny_bert_dir):
     """eval_tasks [sts, glue]: the run fine-tunes the untouched and the trained backbone on the GLUE tasks and
     writes both into results.json; bad glue_* keys are refused before any model loads."""
     from helpers import write_full_senteval
-    from hf_sentcl.parser import RecipeError, parse_recipe
-    from hf_sentcl.run import run, validate_recipe
+    from hf_sentcl.recipe.parser import RecipeError, parse_recipe
+    from hf_sentcl.pipeline.train import run
+    from hf_sentcl.recipe.checks import validate_recipe
 
     data = write_full_senteval(tmp_path / "data")
     write_tiny_glue(tmp_path / "glue")

@@ -11,7 +11,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from hf_sentcl import SentenceEncoder
 from hf_sentcl.configs import SelfGuidedConfig, SimCSEConfig, SupervisedSimCSEConfig
 from hf_sentcl.data import ViewCollator, tokenize_views
-from hf_sentcl.parser import parse_recipe
+from hf_sentcl.recipe.parser import parse_recipe
 from hf_sentcl.trainers import SelfGuidedTrainer, SimCSETrainer, SupervisedSimCSETrainer
 
 from helpers import random_sentences

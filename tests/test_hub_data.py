@@ -17,16 +17,16 @@ from huggingface_hub import constants
 
 from helpers import FakeEncoder, write_full_senteval
 from hf_sentcl.configs import DataArguments
-from hf_sentcl.data import hub
-from hf_sentcl.data.__main__ import main as data_main
+from hf_sentcl.hub import download as hub
+from hf_sentcl.cli.data import main as data_main
 from hf_sentcl.data.corpus import load_training_dataset
-from hf_sentcl.data.hub import SIMCSE_REPO, HubDataError, HubFile, senteval_from_hub
+from hf_sentcl.hub.download import SIMCSE_REPO, HubDataError, HubFile, senteval_from_hub
 from hf_sentcl.data.nli import load_nli_pairs, resolve_nli_source
-from hf_sentcl.defaults import resolve_data_dir
+from hf_sentcl.hub.download import resolve_data_dir
 from hf_sentcl.evaluation.sts import STSEvaluator
-from hf_sentcl.parser import parse_recipe
-from hf_sentcl.run import main as run_main
-from hf_sentcl.run import validate_recipe
+from hf_sentcl.recipe.parser import parse_recipe
+from hf_sentcl.cli.train import main as run_main
+from hf_sentcl.recipe.checks import validate_recipe
 
 REV1 = "1" * 40  # refs/main
 REV2 = "2" * 40  # an older snapshot, reachable by its commit hash only
@@ -225,7 +225,7 @@ def test_offline_and_uncached_names_the_three_ways(hf_home):
 
 def test_evaluate_cli_offline_uncached_exits_2(hf_home, tmp_path, capsys):
     """The evaluator stops before loading any model (the model path does not even exist)."""
-    from hf_sentcl.evaluate import main as evaluate_main
+    from hf_sentcl.cli.evaluate import main as evaluate_main
 
     assert evaluate_main(["--model", str(tmp_path / "no-model")]) == 2
     assert "HF_SENTCL_DATA" in capsys.readouterr().err
@@ -275,8 +275,8 @@ def test_shipped_recipes_validate_offline_from_the_hub_cache(hub_cache, repo_roo
     a relative or ${HF_SENTCL_DATA} path; consert's supervised stages name `datasets` ids (not checked here).
     The backbones (bert-base-uncased, ...) are not in this cache and its corpus is three lines: the backbone and
     batch-size checks have their own tests."""
-    monkeypatch.setattr("hf_sentcl.run.check_backbone", lambda recipe: None)
-    monkeypatch.setattr("hf_sentcl.run.count_train_examples", lambda path: 10**6)
+    monkeypatch.setattr("hf_sentcl.recipe.checks.check_backbone", lambda recipe: None)
+    monkeypatch.setattr("hf_sentcl.recipe.checks.count_train_examples", lambda path: 10**6)
     for path in sorted((repo_root / "recipes").glob("*.yaml")):
         text = path.read_text()
         assert "HF_SENTCL_DATA}" not in text and "wiki1m_subset" not in text, path.name
@@ -311,13 +311,13 @@ def test_info_and_download_in_process(hub_cache, hf_home, capsys, monkeypatch, s
 
 
 def test_module_entry_point_offline(hub_cache, hf_home):
-    """`python -m hf_sentcl.data info/download` in a fresh process reads the cache named by the environment."""
+    """`hf-sentcl data info/download` in a fresh process reads the cache named by the environment."""
     env = {**os.environ, "HF_HOME": str(hf_home), "HF_HUB_CACHE": str(hub_cache),
            "HF_ASSETS_CACHE": str(hf_home / "assets"), "HF_HUB_OFFLINE": "1"}
     env.pop("HF_SENTCL_DATA", None)
 
     def data_cli(*argv):
-        return subprocess.run([sys.executable, "-m", "hf_sentcl.data", *argv], env=env, capture_output=True, text=True)
+        return subprocess.run([sys.executable, "-m", "hf_sentcl", "data", *argv], env=env, capture_output=True, text=True)
 
     done = data_cli("download", "--what", f"senteval,{WIKI}")
     assert done.returncode == 0, done.stderr

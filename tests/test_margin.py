@@ -236,7 +236,7 @@ def _trainer(tiny_bert_dir, tmp_path, config_class=SimCSEConfig, **overrides):
 
     from hf_sentcl import SentenceEncoder
     from hf_sentcl.data import ViewCollator, tokenize_views
-    from hf_sentcl.trainers.registry import METHODS
+    from hf_sentcl.methods import METHODS
 
     from helpers import random_sentences
 

@@ -1,5 +1,5 @@
 """A plain (non-editable) install carries everything the package reads at run time: the wheel holds the card
-template, and `python -m hf_sentcl.export` run from that install, outside the checkout, writes a model card."""
+template, and `hf-sentcl export` run from that install, outside the checkout, writes a model card."""
 
 import os
 import shutil
@@ -46,12 +46,12 @@ def test_export_from_a_plain_install_writes_its_card(wheel, tiny_bert_dir, tmp_p
     )
     env = {**os.environ, "PYTHONPATH": str(target), "HF_HUB_OFFLINE": "1"}
     where = subprocess.run(
-        [sys.executable, "-c", "import hf_sentcl.model_card as m; print(m.__file__); print(m.TEMPLATE)"],
+        [sys.executable, "-c", "import hf_sentcl.export.card as m; print(m.__file__); print(m.TEMPLATE)"],
         cwd=tmp_path, env=env, check=True, capture_output=True, text=True,
     ).stdout.split()
     assert all(path.startswith(str(target)) for path in where), where  # nothing from the checkout
     done = subprocess.run(
-        [sys.executable, "-m", "hf_sentcl.export", str(tiny_bert_dir), "out", "--pooling", "mean",
+        [sys.executable, "-m", "hf_sentcl", "export", str(tiny_bert_dir), "out", "--pooling", "mean",
          "--repo-id", "org/name"],
         cwd=tmp_path, env=env, capture_output=True, text=True,
     )

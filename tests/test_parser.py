@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from hf_sentcl.configs import DataArguments, ModelArguments, SimCSEConfig, SupervisedSimCSEConfig
-from hf_sentcl.parser import RecipeError, parse_recipe
-from hf_sentcl.trainers.registry import METHODS
+from hf_sentcl.recipe.parser import RecipeError, parse_recipe
+from hf_sentcl.methods import METHODS
 
 RECIPES = sorted((Path(__file__).resolve().parents[1] / "recipes").glob("*.yaml"))
 
@@ -269,7 +269,7 @@ def test_choices_come_from_the_literal_types():
 
     from hf_sentcl.configs.validation import literal_choices
     from hf_sentcl.modeling.pooling import POOLING_MODES
-    from hf_sentcl.parser import RecipeArgumentParser
+    from hf_sentcl.recipe.parser import RecipeArgumentParser
 
     parser = RecipeArgumentParser("self_guided")
     assert isinstance(parser, HfArgumentParser)
@@ -321,7 +321,7 @@ def test_mapping_and_empty_list_keys(tmp_path):
 
 # ------------------------------------------------------------------------------------------ --help
 def help_text(argv, capsys) -> tuple[int, str]:
-    from hf_sentcl.run import main
+    from hf_sentcl.cli.train import main
 
     code = main(argv)
     captured = capsys.readouterr()

@@ -17,7 +17,8 @@ from transformers import AutoModel
 from hf_sentcl import SentenceEncoder
 from hf_sentcl.configs import SelfGuidedConfig, SimCSEConfig
 from hf_sentcl.data import ViewCollator, tokenize_views
-from hf_sentcl.export import export_encoder, main as export_main
+from hf_sentcl.export.writer import export_encoder
+from hf_sentcl.cli.export import main as export_main
 from hf_sentcl.modeling.peft import (
     check_lora_settings,
     lora_delta_squared_norm,
@@ -26,9 +27,9 @@ from hf_sentcl.modeling.peft import (
     save_adapter,
     weight_distance,
 )
-from hf_sentcl.parser import RecipeError, parse_recipe
-from hf_sentcl.run import main as run_main
-from hf_sentcl.run import validate_recipe
+from hf_sentcl.recipe.parser import RecipeError, parse_recipe
+from hf_sentcl.cli.train import main as run_main
+from hf_sentcl.recipe.checks import validate_recipe
 from hf_sentcl.trainers import SelfGuidedTrainer, SimCSETrainer
 
 from helpers import random_sentences

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from hf_sentcl.evaluate import EvaluationSuites
+from hf_sentcl.evaluation.suites import EvaluationSuites
 from hf_sentcl.evaluation.plots import (
     STS_SCATTER,
     TRAINING_CURVES,
@@ -18,7 +18,7 @@ from hf_sentcl.evaluation.plots import (
     stsb_predictions,
 )
 from hf_sentcl.evaluation.sts import STSEvaluator
-from hf_sentcl.run import main as run_main
+from hf_sentcl.cli.train import main as run_main
 
 from helpers import FakeEncoder, random_sentences, write_full_senteval, write_stsb
 from test_run import write_recipe
@@ -87,7 +87,7 @@ def test_tiny_run_writes_plots_transfer_and_card(tmp_path, tiny_bert_dir, data_d
     """A 6-step SimCSE run with eval_tasks [sts, transfer]: plots in output_dir/plots and copied into the export,
     shown in the model card next to the before/after transfer table; results.json lists the plots and holds the
     transfer rows and details. (The probes use 3 folds here instead of 10 to keep the test fast.)"""
-    monkeypatch.setattr("hf_sentcl.run.EvaluationSuites", functools.partial(EvaluationSuites, kfold=3))
+    monkeypatch.setattr("hf_sentcl.pipeline.train.EvaluationSuites", functools.partial(EvaluationSuites, kfold=3))
     corpus = tmp_path / "train.txt"
     corpus.write_text("\n".join(random_sentences(24, seed=3)) + "\n")
     out = tmp_path / "out"

@@ -1,4 +1,4 @@
-"""Bad input is refused before any model loads: `hf_sentcl.run.main` exits 2 with one `error:` line that names the
+"""Bad input is refused before any model loads: `hf_sentcl.cli.train.main` exits 2 with one `error:` line that names the
 key or file (and line), no traceback, and nothing written. Every case runs in-process with a `from_backbone` that
 fails the test if it is called."""
 
@@ -9,8 +9,8 @@ import pytest
 
 from hf_sentcl import SentenceEncoder
 from hf_sentcl.data.checks import count_train_examples
-from hf_sentcl.preflight import BackboneError, backbone_config, max_sequence_length
-from hf_sentcl.run import main
+from hf_sentcl.modeling.backbone import BackboneError, backbone_config, max_sequence_length
+from hf_sentcl.cli.train import main
 
 from helpers import random_sentences
 
@@ -61,8 +61,8 @@ def refused(tmp_path, recipe, capsys, monkeypatch):
 
 def test_the_valid_recipe_passes_the_checks(recipe, monkeypatch):
     """The base recipe is fine, so each case below fails for its own reason only."""
-    from hf_sentcl.parser import parse_recipe
-    from hf_sentcl.run import validate_recipe
+    from hf_sentcl.recipe.parser import parse_recipe
+    from hf_sentcl.recipe.checks import validate_recipe
 
     validate_recipe(parse_recipe(recipe))
 

@@ -11,13 +11,15 @@ import torch
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled, RepositoryNotFoundError
 
 from hf_sentcl import SentenceEncoder
-from hf_sentcl.evaluation.mteb import MtebScores, check_mteb_folder, write_mteb_results
+from hf_sentcl.evaluation.mteb import MtebScores
+from hf_sentcl.export.mteb_files import check_mteb_folder, write_mteb_results
 from hf_sentcl.evaluation.sts import STS_TASKS
-from hf_sentcl.export import export_with_card
-from hf_sentcl.hub import HubError, check_hub_settings, push_folder, upload_plan
-from hf_sentcl.parser import RecipeError, parse_recipe
-from hf_sentcl.push import main, publish_run
-from hf_sentcl.run import validate_recipe
+from hf_sentcl.export.bundle import export_with_card
+from hf_sentcl.hub.upload import HubError, check_hub_settings, push_folder, upload_plan
+from hf_sentcl.recipe.parser import RecipeError, parse_recipe
+from hf_sentcl.cli.push import main
+from hf_sentcl.export.publish import publish_run
+from hf_sentcl.recipe.checks import validate_recipe
 
 FAKE_TOKEN = "hf_thisIsNotARealTokenButMustNeverBePrinted"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -182,10 +184,10 @@ def test_recipe_hub_settings_checked_before_training(tmp_path, monkeypatch, repo
     with pytest.raises(RecipeError, match="keep tokens out of recipes"):
         validate_recipe(recipe("--hub_token", FAKE_TOKEN))
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-    monkeypatch.setattr("hf_sentcl.hub.get_token", lambda: None)
+    monkeypatch.setattr("hf_sentcl.hub.upload.get_token", lambda: None)
     with pytest.raises(HubError, match="no Hugging Face token"):
         check_hub_settings(recipe("--push_to_hub", "true", "--hub_model_id", "me/enc").training)
-    monkeypatch.setattr("hf_sentcl.hub.get_token", lambda: FAKE_TOKEN)
+    monkeypatch.setattr("hf_sentcl.hub.upload.get_token", lambda: FAKE_TOKEN)
     validate_recipe(recipe("--push_to_hub", "true", "--hub_model_id", "me/enc"))
 
 
@@ -208,7 +210,7 @@ def test_publish_run_exports_then_pushes_only_the_export(tiny_bert_dir, tmp_path
     assert "HTTP 403" in info["push_error"]
     assert (tmp_path / "export" / "model.safetensors").is_file()  # the export is intact
     err = capsys.readouterr().err
-    assert "python -m hf_sentcl.push" in err and FAKE_TOKEN not in err
+    assert "hf-sentcl push" in err and FAKE_TOKEN not in err
     assert json.loads((tmp_path / "export" / "modules.json").read_text())[1]["path"] == "1_Pooling"
 
 

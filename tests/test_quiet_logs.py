@@ -6,7 +6,7 @@ import io
 import pytest
 
 from hf_sentcl import SentenceEncoder
-from hf_sentcl.run import main
+from hf_sentcl.cli.train import main
 
 from helpers import random_sentences
 

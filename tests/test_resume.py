@@ -11,8 +11,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from hf_sentcl.run import main
-from hf_sentcl.health import CHECKPOINT_COMPLETE
+from hf_sentcl.cli.train import main
+from hf_sentcl.modeling.health import CHECKPOINT_COMPLETE
 
 from helpers import random_sentences
 

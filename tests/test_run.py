@@ -10,8 +10,9 @@ from transformers import AutoModel
 
 from hf_sentcl import SentenceEncoder
 from hf_sentcl.evaluation.sts import STS_TASKS, STSEvaluator
-from hf_sentcl.parser import RecipeError, parse_recipe
-from hf_sentcl.run import main, validate_recipe
+from hf_sentcl.recipe.parser import RecipeError, parse_recipe
+from hf_sentcl.cli.train import main
+from hf_sentcl.recipe.checks import validate_recipe
 
 from helpers import random_sentences
 

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from hf_sentcl.evaluate import main as evaluate_main
+from hf_sentcl.cli.evaluate import main as evaluate_main
 from hf_sentcl.evaluation.report import write_results
-from hf_sentcl.run import main
-from hf_sentcl.health import TrainingFailure, check_final_model, check_finite_loss
+from hf_sentcl.cli.train import main
+from hf_sentcl.modeling.health import TrainingFailure, check_final_model, check_finite_loss
 from hf_sentcl.trainers.simcse import SimCSETrainer
 
 from helpers import random_sentences
@@ -43,7 +43,7 @@ def no_model_load(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the model was loaded before the check")
 
-    monkeypatch.setattr("hf_sentcl.run.build_encoder", refuse)
+    monkeypatch.setattr("hf_sentcl.pipeline.train.build_encoder", refuse)
 
 
 @pytest.mark.parametrize("entry", ["results.json", "model.safetensors", "checkpoint-4", "export"])
@@ -96,7 +96,7 @@ def test_output_dir_without_room_for_a_checkpoint_refused(tmp_path, values, caps
     assert "output_dir" in err and f"{free / 2**20:.0f} MiB free" in err and f"{5 * weights / 2**20:.0f} MiB" in err
     assert not values["output_dir"].exists()
     monkeypatch.setattr(shutil, "disk_usage", lambda path: real_usage(path)._replace(free=5 * weights))
-    monkeypatch.setattr("hf_sentcl.run.build_encoder", lambda recipe: (_ for _ in ()).throw(RuntimeError("loaded")))
+    monkeypatch.setattr("hf_sentcl.pipeline.train.build_encoder", lambda recipe: (_ for _ in ()).throw(RuntimeError("loaded")))
     with pytest.raises(RuntimeError, match="loaded"):  # enough room: the check passes and the run goes on
         main([str(write_recipe(tmp_path / "r.yaml", **values))])
 
@@ -167,7 +167,7 @@ def test_evaluate_output_checked_before_encoding(tmp_path, senteval_dir, capsys,
     def refuse(*args, **kwargs):
         raise AssertionError("the model was loaded before the check")
 
-    monkeypatch.setattr("hf_sentcl.evaluate.SentenceEncoder.load", refuse)
+    monkeypatch.setattr("hf_sentcl.modeling.SentenceEncoder.load", refuse)
     code = evaluate_main(["--model", "any", "--data-dir", str(senteval_dir), "--output", str(blocker / "r.json")])
     assert code == 2
     assert "--output" in capsys.readouterr().err

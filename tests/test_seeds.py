@@ -5,8 +5,9 @@ import statistics
 
 import pytest
 
-from hf_sentcl.parser import RecipeError
-from hf_sentcl.seeds import main, parse_seeds, split_argv, summarize, summary_markdown
+from hf_sentcl.recipe.parser import RecipeError
+from hf_sentcl.cli.sweep import main
+from hf_sentcl.pipeline.seeds import parse_seeds, split_argv, summarize, summary_markdown
 
 from helpers import random_sentences
 

@@ -15,7 +15,7 @@ from hf_sentcl import SentenceEncoder
 from hf_sentcl.configs import SelfGuidedConfig
 from hf_sentcl.data import ViewCollator, tokenize_views
 from hf_sentcl.losses import info_nce, parameter_distance, sg_loss, sg_opt1_loss, sg_opt2_loss, sg_opt_loss
-from hf_sentcl.parser import parse_recipe
+from hf_sentcl.recipe.parser import parse_recipe
 from hf_sentcl.trainers import SelfGuidedTrainer
 from hf_sentcl.trainers.self_guided import HEAD_FILE, HEAD_NAME, pool_views, resolve_view_layers
 

@@ -9,7 +9,7 @@ from joblib import parallel_config
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import f1_score
 
-from hf_sentcl.evaluate import main as evaluate_main
+from hf_sentcl.cli.evaluate import main as evaluate_main
 from hf_sentcl.evaluation import transfer
 from hf_sentcl.evaluation.transfer import (
     TRANSFER_TASKS,

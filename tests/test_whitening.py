@@ -1,5 +1,5 @@
 """Whitening (Su et al. 2021): the fitted transform against a hand computation, identity covariance on the fitting
-set, the fitting corpora of the STS evaluation, and the `--whitening` flag of `python -m hf_sentcl.evaluate`."""
+set, the fitting corpora of the STS evaluation, and the `--whitening` flag of `hf-sentcl evaluate`."""
 
 import json
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from hf_sentcl import SentenceEncoder
-from hf_sentcl.evaluate import main
+from hf_sentcl.cli.evaluate import main
 from hf_sentcl.evaluation.sts import STSEvaluator, cosine_rows, spearman_x100
 from hf_sentcl.evaluation.whitening import Whitening, WhiteningSpec, task_sentences, whitened_sts_scores
 

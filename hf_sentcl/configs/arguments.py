@@ -11,8 +11,8 @@ from transformers import TrainingArguments
 from transformers.trainer_utils import IntervalStrategy, SaveStrategy
 
 from hf_sentcl.configs.validation import check_choices, check_range
-from hf_sentcl.defaults import EMBEDDED_MODEL_ALIAS
 from hf_sentcl.evaluation.sts import STS_MODES
+from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS
 from hf_sentcl.modeling.config import HEAD_TYPES
 from hf_sentcl.modeling.pooling import POOLING_MODES
 
@@ -111,7 +111,7 @@ class DataArguments:
         default=None,
         metadata={
             "help": "Train on N examples drawn at random (by train_subset_seed) from the training data, any method: "
-            "the few-shot setting of ConSERT's section 5.3 (see `python -m hf_sentcl.seeds --subset-sizes`)."
+            "the few-shot setting of ConSERT's section 5.3 (see `hf-sentcl sweep --subset-sizes`)."
         },
     )
     train_subset_seed: int = field(
@@ -154,7 +154,7 @@ class DataArguments:
     )
     glue_tasks: list[str] = field(
         default_factory=lambda: ["sst2", "mrpc", "stsb"],
-        metadata={"help": "eval_tasks 'glue': GLUE tasks to fine-tune on (see python -m hf_sentcl.glue)."},
+        metadata={"help": "eval_tasks 'glue': GLUE tasks to fine-tune on (see hf-sentcl glue)."},
     )
     glue_source: Literal["senteval", "hub"] = field(
         default="senteval", metadata={"help": "eval_tasks 'glue': 'senteval' (offline SST-2/MRPC/STS-B) or 'hub'."}
@@ -237,7 +237,7 @@ class SentCLTrainingArguments(TrainingArguments):
         default=None,
         metadata={
             "help": "Resume training from this checkpoint-N folder, or 'latest' / true: the latest complete "
-            "checkpoint in output_dir. Checked before the model loads (hf_sentcl.run_folder)."
+            "checkpoint in output_dir. Checked before the model loads (hf_sentcl.recipe.run_folder)."
         },
     )
     overwrite_output_dir: bool = field(

@@ -1,6 +1,6 @@
 """Checks of a local training file's content, before any model loads: a supported extension, UTF-8 text, and at
 least one usable example. `count_train_examples` also returns how many there are, so a recipe can compare them
-with its batch (`run.validate_recipe`).
+with its batch (`hf_sentcl.recipe.checks.validate_recipe`).
 """
 
 from __future__ import annotations
@@ -10,6 +10,9 @@ import functools
 import io
 import json
 from pathlib import Path
+
+#: file extension -> `datasets` builder
+FILE_BUILDERS = {"txt": "text", "text": "text", "csv": "csv", "tsv": "csv", "json": "json", "jsonl": "json"}
 
 
 def count_train_examples(path: Path) -> int:
@@ -25,8 +28,6 @@ def count_train_examples(path: Path) -> int:
 
 @functools.lru_cache(maxsize=16)
 def _count(path_text: str, mtime_ns: int, size: int) -> int:
-    from hf_sentcl.data.corpus import FILE_BUILDERS  # corpus imports this module
-
     path = Path(path_text)
     suffix = path.suffix.lower().lstrip(".")
     if suffix not in FILE_BUILDERS:

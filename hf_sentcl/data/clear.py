@@ -17,8 +17,8 @@ between epochs, and do not depend on batch composition, the number of data-loade
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import chain
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 import torch

@@ -10,9 +10,9 @@ from datasets import Dataset, load_dataset
 from transformers import PreTrainedTokenizerBase
 
 from hf_sentcl.configs import DataArguments
-from hf_sentcl.data.checks import count_train_examples
-from hf_sentcl.data.hub import HubFile, hub_file_path, is_hub_uri
+from hf_sentcl.data.checks import FILE_BUILDERS, count_train_examples
 from hf_sentcl.evaluation.sts import unlabeled_sts_sentences
+from hf_sentcl.hub.download import HubFile, hub_file_path, is_hub_uri
 
 VIEW_PREFIX = "view"
 
@@ -41,8 +41,6 @@ def check_train_file(path: str | None) -> Path | None:
 
 #: the recipe keys that name training text; a recipe sets one of them
 TEXT_SOURCES = ("train_file", "dataset_name", "unlabeled_sts")
-#: file extension -> `datasets` builder
-FILE_BUILDERS = {"txt": "text", "text": "text", "csv": "csv", "tsv": "csv", "json": "json", "jsonl": "json"}
 
 
 def text_sources(data_args: DataArguments) -> list[str]:
@@ -77,9 +75,6 @@ def load_training_dataset(data_args: DataArguments, text_columns: tuple[str, ...
         source = f"unlabeled_sts '{data_args.unlabeled_sts}'"
     elif data_args.train_file is not None:
         path = check_train_file(data_args.train_file)
-        suffix = path.suffix.lower().lstrip(".")
-        if suffix not in FILE_BUILDERS:
-            raise ValueError(f"train_file '{path}': unsupported extension '.{suffix}' (use .txt, .csv, .tsv, .jsonl).")
         dataset = load_data_file(path)
         source = f"train_file '{data_args.train_file if is_hub_uri(data_args.train_file) else path}'"
     else:

@@ -25,8 +25,7 @@ from transformers import PreTrainedTokenizerBase
 
 from hf_sentcl.data.collators import ViewCollator
 from hf_sentcl.data.corpus import load_data_file, random_subset, tokenize_views
-from hf_sentcl.data.hub import HubFile, hub_file_path, is_hub_uri
-from hf_sentcl.defaults import resolve_data_dir
+from hf_sentcl.hub.download import HubFile, hub_file_path, is_hub_uri, resolve_data_dir
 
 NLI_LABELS = ("entailment", "neutral", "contradiction")
 NLI_TEXT_COLUMNS = ("premise", "hypothesis")

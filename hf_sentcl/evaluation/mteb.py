@@ -11,20 +11,16 @@ mteb's loaders before returning. `mteb` is an optional dependency (`pip install 
 
 from __future__ import annotations
 
-import datetime
 import math
 import os
-import shutil
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib.util import find_spec
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from hf_sentcl.evaluation.report import read_json, write_json
 from hf_sentcl.evaluation.sts import STS_TASKS, STSEvaluator
 
 # task -> (mteb dataset id, mteb task name, dataset revision), as in mteb's task definitions (checked in the tests)
@@ -37,8 +33,14 @@ MTEB_STS_DATASETS: dict[str, tuple[str, str, str]] = {
     "STSBenchmark": ("mteb/stsbenchmark-sts", "STSBenchmark", "b0fddb56ed78048fa8b90373c8a3cfc37b684831"),
     "SICKRelatedness": ("mteb/sickr-sts", "SICK-R", "20a6d6f312dd54037fe07a32d58e5e168867909d"),
 }
+
+
 NO_REVISION = "no_revision_available"  # mteb's own name for a model folder without a Hub revision
+
+
 RESULTS_DIRNAME = "results"  # the results repository keeps models under results/ORG__NAME/REVISION/
+
+
 INSTALL_HINT = 'install it with `pip install "hf-sentcl[mteb]"` (or `pip install "mteb>=2"`)'
 
 
@@ -93,142 +95,3 @@ def mteb_sts_scores(
         raise ValueError(f"MTEB-protocol STS scores are not finite: {bad}; the encoder's embeddings are unusable.")
     scores["Avg"] = float(np.mean([scores[t] for t in STS_TASKS]))
     return MtebScores(scores, seconds)
-
-
-def model_folder_name(name: str) -> str:
-    """The results repository's folder name of a model: ORG/NAME -> ORG__NAME."""
-    return name.replace("/", "__")
-
-
-def parameter_count(export_dir: str | os.PathLike) -> tuple[int, float]:
-    """Parameters stored in an export's safetensors files (backbone and modules) and their size in MiB."""
-    from safetensors import safe_open
-
-    count, size = 0, 0
-    for path in Path(export_dir).rglob("*.safetensors"):
-        with safe_open(str(path), framework="pt") as f:
-            for name in f.keys():
-                count += int(np.prod(f.get_slice(name).get_shape()))
-        size += path.stat().st_size
-    return count, round(size / 2**20, 1)
-
-
-def write_mteb_results(
-    root: str | os.PathLike,
-    scores: MtebScores,
-    *,
-    name: str,
-    export_dir: str | os.PathLike,
-    max_tokens: int,
-    embed_dim: int,
-    revision: str = NO_REVISION,
-    adapted_from: str | None = None,
-    training_tasks: set[str] | None = None,
-) -> Path:
-    """Write `ROOT/results/<ORG__NAME>/<revision>/{TASK}.json` and `model_meta.json` with mteb's classes; return
-    the revision folder after every file was reloaded with mteb's own loaders.
-
-    `name` is the Hub id (ORG/NAME) the files are for; `revision` the pushed commit (until a push, mteb's
-    `no_revision_available`). `training_tasks` names the MTEB tasks whose texts the model was trained on.
-    """
-    if not mteb_available():
-        raise ModuleNotFoundError(f"Writing MTEB result files needs the mteb package: {INSTALL_HINT}.")
-    import mteb
-    from mteb.models import ModelMeta
-    from mteb.results import TaskResult
-
-    folder = Path(root) / RESULTS_DIRNAME / model_folder_name(name) / revision
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True)
-    today = datetime.datetime.now(datetime.timezone.utc)
-    for task, (_dataset, task_name, _revision) in MTEB_STS_DATASETS.items():
-        if task not in scores.scores:
-            continue
-        value = round(float(scores.scores[task]) / 100, 6)
-        result = TaskResult.from_task_results(
-            mteb.get_task(task_name),
-            {"test": {"default": {"cosine_spearman": value, "spearman": value, "main_score": value}}},
-            evaluation_time=scores.seconds.get(task),
-            date=today,
-        )
-        write_json(folder / f"{task_name}.json", {**result.to_dict(), "date": today.timestamp()})
-    n_parameters, memory_mb = parameter_count(export_dir)
-    meta = ModelMeta(
-        loader=None,  # mteb saves a loader as its name, which ModelMeta.model_validate rejects on reading
-        name=name,
-        revision=revision,
-        release_date=today.date().isoformat(),
-        languages=["eng-Latn"],
-        n_parameters=n_parameters,
-        memory_usage_mb=memory_mb,
-        max_tokens=max_tokens,
-        embed_dim=embed_dim,
-        license=None,
-        open_weights=True,
-        public_training_code=None,
-        public_training_data=None,
-        framework=["Sentence Transformers", "PyTorch"],
-        reference=f"https://huggingface.co/{name}",
-        similarity_fn_name="cosine",
-        use_instructions=False,
-        training_datasets=training_tasks,
-        adapted_from=adapted_from,
-    )
-    write_json(folder / "model_meta.json", meta.to_dict(), default=str)
-    check_mteb_folder(folder)
-    return folder
-
-
-def check_mteb_folder(folder: str | os.PathLike) -> list[str]:
-    """Load every file of a revision folder with mteb's loaders; ValueError naming the first file they reject.
-
-    Returns the task names found. (`TaskResult.from_disk` for task files, `ModelMeta.model_validate` for
-    `model_meta.json`, as the results repository's checks do.)
-    """
-    from mteb.models import ModelMeta
-    from mteb.results import TaskResult
-
-    folder = Path(folder)
-    tasks = []
-    for path in sorted(folder.glob("*.json")):
-        try:
-            if path.name == "model_meta.json":
-                ModelMeta.model_validate(read_json(path))
-            else:
-                tasks.append(TaskResult.from_disk(path).task_name)
-        except Exception as err:  # pydantic's ValidationError, JSON errors: all mean "mteb rejects this file"
-            raise ValueError(f"mteb rejects '{path}': {err}") from None
-    if not (folder / "model_meta.json").is_file():
-        raise ValueError(f"'{folder}' has no model_meta.json.")
-    return tasks
-
-
-def find_model_folder(root: str | os.PathLike) -> Path:
-    """The one `results/ORG__NAME/REVISION` folder under `root` (as written by `write_mteb_results`)."""
-    folders = sorted(p.parent for p in Path(root).glob(f"{RESULTS_DIRNAME}/*/*/model_meta.json"))
-    if len(folders) != 1:
-        raise ValueError(
-            f"'{root}' should hold exactly one {RESULTS_DIRNAME}/ORG__NAME/REVISION/model_meta.json (found "
-            f"{len(folders)}); pass the folder given to `export --mteb-results`."
-        )
-    return folders[0]
-
-
-def rekey_mteb_results(root: str | os.PathLike, repo_id: str, revision: str) -> Path:
-    """After a push: move the results under `root` to `results/<ORG__NAME of repo_id>/<revision>/`, with the
-    name, revision and reference of `model_meta.json` updated, and check them with mteb again."""
-    old = find_model_folder(root)
-    meta = read_json(old / "model_meta.json")
-    meta.update(name=repo_id, revision=revision, reference=f"https://huggingface.co/{repo_id}")
-    new = Path(root) / RESULTS_DIRNAME / model_folder_name(repo_id) / revision
-    if new != old:
-        if new.exists():
-            shutil.rmtree(new)
-        new.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(old), str(new))
-        if not any(old.parent.iterdir()):
-            old.parent.rmdir()
-    write_json(new / "model_meta.json", meta)
-    check_mteb_folder(new)
-    return new

@@ -21,9 +21,9 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
+from hf_sentcl.common.layout import PLOTS_DIRNAME
 from hf_sentcl.evaluation.sts import STSEvaluator, cosine_rows, spearman_x100
 
-PLOTS_DIRNAME = "plots"
 TRAINING_CURVES = "training_curves.png"
 STS_SCATTER = "stsb_scatter.png"
 # file name -> caption, in the order the model card shows them

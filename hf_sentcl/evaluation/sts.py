@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import spearmanr
 
-from hf_sentcl.defaults import resolve_data_dir
+from hf_sentcl.hub.download import resolve_data_dir
 
 STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
 STS_MODES = ("all", "mean", "wmean")

@@ -35,8 +35,8 @@ from sklearn.model_selection import StratifiedKFold
 from threadpoolctl import ThreadpoolController
 from tqdm.auto import tqdm
 
-from hf_sentcl.defaults import resolve_data_dir
 from hf_sentcl.evaluation.sts import EncodedSentences, check_size, read_lines
+from hf_sentcl.hub.download import resolve_data_dir
 
 logger = logging.getLogger("hf_sentcl")
 

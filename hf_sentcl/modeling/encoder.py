@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import ModelOutput
 
-from hf_sentcl.defaults import resolve_model_name
+from hf_sentcl.modeling.backbone import resolve_model_name
 from hf_sentcl.modeling.config import SentenceEncoderConfig
 from hf_sentcl.modeling.heads import MLPHead
 from hf_sentcl.modeling.pooling import Pooling, pool

@@ -21,7 +21,6 @@ from peft.tuners.lora import Linear as LoraLinear
 from peft.tuners.lora import LoraLayer
 from torch import nn
 
-ADAPTER_DIRNAME = "adapter"
 #: LoraConfig fields a recipe does not set: the encoder wraps a bare backbone and manages these itself
 MANAGED_KEYS = ("task_type", "peft_type", "auto_mapping", "peft_version", "base_model_name_or_path", "revision",
                 "inference_mode")

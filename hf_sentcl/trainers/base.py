@@ -45,11 +45,11 @@ from torch import nn
 from transformers import Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from hf_sentcl.distributed import gather_with_grad, world_size
+from hf_sentcl.common.distributed import gather_with_grad, world_size
 from hf_sentcl.evaluation.alignment import sts_alignment_uniformity
 from hf_sentcl.evaluation.sts import STSEvaluator
-from hf_sentcl.health import CHECKPOINT_COMPLETE, check_finite_loss
 from hf_sentcl.modeling.fast_dropout import use_fast_dropout
+from hf_sentcl.modeling.health import CHECKPOINT_COMPLETE, check_finite_loss
 from hf_sentcl.trainers.cached import cached_training_step
 from hf_sentcl.trainers.callbacks import TrainingCostCallback
 from hf_sentcl.trainers.length_buckets import forward_in_length_buckets
@@ -264,7 +264,7 @@ class ContrastiveTrainer(Trainer):
 
     # ------------------------------------------------------------------ checkpoints
     def _save_checkpoint(self, model, trial) -> None:
-        """Trainer's checkpoint, then the completion mark (`hf_sentcl.health.CHECKPOINT_COMPLETE`) once every
+        """Trainer's checkpoint, then the completion mark (`hf_sentcl.modeling.health.CHECKPOINT_COMPLETE`) once every
         process has written its files: a checkpoint cut off while being written has no mark and is never resumed
         from. A mark left from an earlier write of the same folder is removed first."""
         folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"

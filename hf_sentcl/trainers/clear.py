@@ -46,7 +46,10 @@ from hf_sentcl.data.clear import CLEARCollator, with_example_index
 from hf_sentcl.losses import nt_xent
 from hf_sentcl.trainers.base import ContrastiveTrainer, ViewsOutput, stack_views
 from hf_sentcl.trainers.heads import (
-    TrainingHeadsMixin, attach_training_head, check_raw_cls_encoder, refuse_sharded_weights,
+    TrainingHeadsMixin,
+    attach_training_head,
+    check_raw_cls_encoder,
+    refuse_sharded_weights,
 )
 
 logger = logging.getLogger("hf_sentcl")

@@ -33,18 +33,18 @@ import torch
 from torch import nn
 
 from hf_sentcl.augment.embedding import AugmentationRates, EmbeddingAugmenter, fgv_perturbation
+from hf_sentcl.common.layout import export_dir
 from hf_sentcl.configs.consert import CHAINED_MODES, STAGE_KEYS
 from hf_sentcl.data.corpus import text_sources
 from hf_sentcl.data.nli import NLI_LABELS, NLITrainData, resolve_nli_source
-from hf_sentcl.export import EXPORT_DIRNAME
 from hf_sentcl.losses import nt_xent, pair_classification_loss
+from hf_sentcl.methods import get_method
 from hf_sentcl.trainers.base import ContrastiveTrainer, ViewsOutput, stack_views
 from hf_sentcl.trainers.heads import TrainingHeadsMixin
 
 CLASSIFIER_NAME = "consert_classifier"
 CLASSIFIER_FILE = "consert_classifier.safetensors"
 NLI_CLASSES = len(NLI_LABELS)
-STAGE_DIRNAME = "stage-1"
 
 
 def disable_dropout(module: nn.Module) -> int:
@@ -217,7 +217,7 @@ def consert_stages(recipe) -> list:
     if args.supervised_mode not in CHAINED_MODES:
         return [recipe]
     first_mode, second_mode = CHAINED_MODES[args.supervised_mode]
-    stage_dir = Path(args.output_dir) / STAGE_DIRNAME
+    stage_dir = Path(args.output_dir) / get_method("consert").stage_dirname
     no_stage_keys = dict.fromkeys(STAGE_KEYS)
     resume = args.resume_from_checkpoint
     resume_first = bool(resume) and Path(resume).resolve().is_relative_to(stage_dir.resolve())
@@ -232,7 +232,7 @@ def consert_stages(recipe) -> list:
         args, supervised_mode=second_mode, nli_source=None, nli_splits=None, nli_config=None, adversarial=False,
         resume_from_checkpoint=None if resume_first else resume, **no_stage_keys,
     )
-    stage_one_export = stage_dir / EXPORT_DIRNAME
+    stage_one_export = export_dir(stage_dir)
     second_model = dataclasses.replace(recipe.model, model_name_or_path=str(stage_one_export), tokenizer_name=None)
     # the few-shot subset (train_subset_size) limits the unlabeled text of stage 2, not the NLI pairs (Figure 6)
     first_data = dataclasses.replace(recipe.data, train_subset_size=None)

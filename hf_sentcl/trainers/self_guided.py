@@ -33,7 +33,7 @@ import torch
 from torch import nn
 from transformers import EarlyStoppingCallback
 
-from hf_sentcl.distributed import gather_with_grad, world_size
+from hf_sentcl.common.distributed import gather_with_grad, world_size
 from hf_sentcl.losses import sg_loss, sg_opt1_loss, sg_opt2_loss, sg_opt_loss
 from hf_sentcl.modeling.heads import ProjectionHead
 from hf_sentcl.modeling.peft import frozen_base_copy, is_peft_model, weight_distance

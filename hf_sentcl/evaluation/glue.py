@@ -1,13 +1,13 @@
 """GLUE fine-tuning of an encoder's backbone: CLEAR's main evaluation (Wu et al. 2020, Tables 1 and 3).
 
-    python -m hf_sentcl.glue --model PATH --tasks sst2,mrpc,stsb --output glue.json [--seeds 1,2,3]
+    hf-sentcl glue --model PATH --tasks sst2,mrpc,stsb --output glue.json [--seeds 1,2,3]
 
 For every task and seed a fresh copy of the backbone gets a classification (or, for STS-B, regression) head
 (`AutoModelForSequenceClassification` from the backbone's weights, the head newly initialised), is fine-tuned on the
 task's train split with transformers' `Trainer`, and is scored on the dev split with GLUE's metric (the caption of
 CLEAR's Table 1): MNLI the mean of matched and mismatched accuracy, MRPC and QQP the mean of accuracy and F1, STS-B
 the mean of Pearson and Spearman, CoLA Matthews correlation, the others accuracy; all x 100. Scores over seeds are
-reported as mean ± sample std (ddof=1), as `hf_sentcl.seeds` does.
+reported as mean ± sample std (ddof=1), as `hf-sentcl sweep` does.
 
 Data (`--source`): `hub` reads `nyu-mll/glue` through `datasets` (online, every task); `senteval` (the default,
 offline) reads the SentEval data directory's copies of three tasks:
@@ -20,9 +20,7 @@ offline) reads the SentEval data directory's copies of three tasks:
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,16 +32,23 @@ from datasets import Dataset, load_dataset
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
-from hf_sentcl.defaults import resolve_data_dir
-from hf_sentcl.evaluation.report import write_report
+from hf_sentcl.common.logs import watched
 from hf_sentcl.evaluation.sts import read_lines, read_stsbenchmark
-from hf_sentcl.progress import quiet_library_bars, watched
+from hf_sentcl.hub.download import resolve_data_dir
 
 GLUE_HUB_ID = "nyu-mll/glue"
+
+
 GLUE_SOURCES = ("senteval", "hub")
+
+
 #: tasks the SentEval data directory holds
 SENTEVAL_GLUE_TASKS = ("sst2", "mrpc", "stsb")
+
+
 MRPC_DEV_SIZE = 408
+
+
 MRPC_DEV_SEED = 1234
 
 
@@ -231,7 +236,11 @@ class GlueEvaluator:
         """One seed of one task: fine-tune a fresh copy with a new head, score it on the dev split(s)."""
         import torch
         from transformers import (
-            AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding, Trainer, TrainingArguments,
+            AutoModelForSequenceClassification,
+            AutoTokenizer,
+            DataCollatorWithPadding,
+            Trainer,
+            TrainingArguments,
             set_seed,
         )
 
@@ -299,58 +308,3 @@ def glue_markdown_table(rows: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> 
               "and QQP mean of accuracy and F1, STS-B mean of Pearson and Spearman, CoLA Matthews, others accuracy); "
               "mean ± sample std over seeds."]
     return "\n".join(lines)
-
-
-# ------------------------------------------------------------------------------------------------ CLI
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m hf_sentcl.glue", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True, help="Saved encoder, plain backbone, Hub id or the embedded alias.")
-    parser.add_argument(
-        "--tasks", default=",".join(SENTEVAL_GLUE_TASKS),
-        help=f"Comma-separated: {', '.join(GLUE_TASKS)} (default: {','.join(SENTEVAL_GLUE_TASKS)}, the offline ones).",
-    )
-    parser.add_argument("--source", choices=GLUE_SOURCES, default="senteval",
-                        help="senteval: the data directory's SST-2/MRPC/STS-B (offline); hub: nyu-mll/glue (online).")
-    parser.add_argument("--seeds", default="1", help="Comma-separated fine-tuning seeds (mean ± std over them).")
-    parser.add_argument("--epochs", type=float, default=3.0, help="Fine-tuning epochs per task and seed (default 3).")
-    parser.add_argument("--learning-rate", type=float, default=2e-5,
-                        help="AdamW learning rate, 10%% warm-up then linear decay (default 2e-5).")
-    parser.add_argument("--batch-size", type=int, default=32, help="Fine-tuning batch size (default 32).")
-    parser.add_argument("--max-seq-length", type=int, default=128,
-                        help="Tokens per sentence or sentence pair (default 128).")
-    parser.add_argument("--max-train-samples", type=int, default=None, help="Fine-tune on the first N train examples.")
-    parser.add_argument("--data-dir", default=None, help="SentEval-format directory (default: $HF_SENTCL_DATA).")
-    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available).")
-    parser.add_argument("--output", default=None, help="Write results JSON here (and a .md table beside it).")
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    quiet_library_bars()
-    try:
-        seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
-        settings = GlueSettings(
-            tasks=tuple(t.strip() for t in args.tasks.split(",") if t.strip()), source=args.source, seeds=seeds,
-            epochs=args.epochs, learning_rate=args.learning_rate, batch_size=args.batch_size,
-            max_seq_length=args.max_seq_length, max_train_samples=args.max_train_samples,
-        )
-        evaluator = GlueEvaluator(args.data_dir, settings)
-    except (FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    from hf_sentcl.modeling import SentenceEncoder
-
-    results = evaluator(SentenceEncoder.load(args.model), device=args.device)
-    table = glue_markdown_table({args.model: results})
-    print(table)
-    if args.output:
-        payload = {"model": args.model, "source": args.source, "settings": {
-            k: v for k, v in vars(settings).items() if k != "extra"}, "tasks": results}
-        json_path, md_path = write_report(args.output, payload, table, default=list)
-        print(f"\nWrote {json_path} and {md_path}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -20,16 +20,16 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from hf_sentcl.parser import Recipe, RecipeError
-from hf_sentcl.preflight import local_weight_bytes
-from hf_sentcl.health import CHECKPOINT_COMPLETE
-#: names (glob patterns) whose presence in output_dir means it holds a finished or partial run
-RUN_ENTRIES = (
-    "results.json", "results.md", "model.safetensors", "pytorch_model.bin", "*.safetensors.index.json",
-    "checkpoint-*", "export", "stage-*", "seed-*", "seeds.json", "adapter",
-)
+from hf_sentcl.common.layout import RUN_ENTRIES
+from hf_sentcl.methods import METHODS
+from hf_sentcl.modeling.backbone import local_weight_bytes
+from hf_sentcl.modeling.health import CHECKPOINT_COMPLETE
+from hf_sentcl.recipe.parser import Recipe, RecipeError
+
 #: `resume_from_checkpoint` values that mean "the latest complete checkpoint in output_dir"
 LATEST = ("latest", "true")
+
+
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -73,9 +73,8 @@ def resolve_resume(source: str, output_dir: Path, value: str | bool | None) -> s
     if text.lower() in ("", "false", "none"):
         return None
     if text.lower() in LATEST:
-        from hf_sentcl.trainers.consert import STAGE_DIRNAME
-
-        found = latest_complete_checkpoint(output_dir) or latest_complete_checkpoint(output_dir / STAGE_DIRNAME)
+        stages = [output_dir / spec.stage_dirname for spec in METHODS.values() if spec.stage_dirname]
+        found = next(filter(None, map(latest_complete_checkpoint, [output_dir, *stages])), None)
         if found is None:
             raise RecipeError(
                 f"{source}: key 'resume_from_checkpoint' is '{text}' but output_dir '{output_dir}' holds no complete "

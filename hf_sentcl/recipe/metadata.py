@@ -1,7 +1,7 @@
 """What a model card needs to know about a training run beyond its scores, collected at the end of the run.
 
 `run_metadata` returns the `recipe_settings`, `training_data`, `precision` and `versions` entries of a run's
-results.json; `hf_sentcl.model_card` renders them.
+results.json; `hf_sentcl.export.card` renders them.
 """
 
 from __future__ import annotations
@@ -14,8 +14,11 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hf_sentcl.methods import get_method
+
 if TYPE_CHECKING:
-    from hf_sentcl.parser import Recipe
+    from hf_sentcl.recipe.parser import Recipe
+
 
 # Settings never shown in the card: local paths, Hub plumbing, log display and anything that could hold a secret.
 HIDDEN_SETTINGS = {
@@ -23,6 +26,8 @@ HIDDEN_SETTINGS = {
     "push_to_hub", "hub_model_id", "hub_private_repo", "hub_revision", "hub_strategy", "hub_always_push",
     "disable_tqdm",  # how the log looked (set for runs without a terminal), not how the model was trained
 }
+
+
 VERSIONED_PACKAGES = (
     "hf-sentcl", "torch", "transformers", "sentence-transformers", "accelerate", "datasets", "huggingface-hub",
     "peft",
@@ -80,8 +85,6 @@ def non_default_settings(recipe: Recipe) -> dict[str, Any]:
 
 def training_data_summary(recipe: Recipe, num_examples: int | None, text_columns: Sequence[str]) -> dict[str, Any]:
     """Where the training text came from and how much of it was used."""
-    from hf_sentcl.trainers.registry import get_method
-
     data = recipe.data
     own_data = get_method(recipe.method).train_data(recipe)  # e.g. the NLI pairs of a ConSERT sup/joint stage
     if own_data is not None:
@@ -130,8 +133,6 @@ def library_versions() -> dict[str, str]:
 
 def run_metadata(recipe: Recipe, encoder, num_examples: int, num_views: int) -> dict[str, Any]:
     """What the card needs beyond the scores, collected at the end of a run (stored in results.json)."""
-    from hf_sentcl.trainers.registry import get_method
-
     spec = get_method(recipe.method)
     columns = (spec.text_columns + spec.optional_text_columns)[:num_views]
     return {

@@ -1,7 +1,7 @@
 """Prefetch the toolkit's Hub data into the Hugging Face cache, or show where each source is read from.
 
-    python -m hf_sentcl.data download [--what senteval,wiki1m,nli] [--revision REV] [--force]
-    python -m hf_sentcl.data info [--what ...] [--data-dir DIR]
+    hf-sentcl data download [--what senteval,wiki1m,nli] [--revision REV] [--force]
+    hf-sentcl data info [--what ...] [--data-dir DIR]
 
 Compute nodes of many clusters have no internet: run `download` on a login node with the same HF_HOME, then
 train with HF_HUB_OFFLINE=1.
@@ -16,7 +16,8 @@ from collections.abc import Sequence
 
 from huggingface_hub import constants, hf_hub_url
 
-from hf_sentcl.data.hub import (
+from hf_sentcl.hub.download import (
+    DATA_ENV_VAR,
     SIMCSE_FILES,
     SIMCSE_REPO,
     HubDataError,
@@ -29,9 +30,10 @@ from hf_sentcl.data.hub import (
     senteval_from_hub,
     snapshot_revision,
 )
-from hf_sentcl.defaults import DATA_ENV_VAR
 
-PROG = "python -m hf_sentcl.data"
+PROG = "hf-sentcl data"
+
+
 SENTEVAL = "senteval"
 
 
@@ -142,7 +144,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,11 +1,11 @@
 """Run one recipe with several seeds and report the mean and standard deviation per task.
 
-    python -m hf_sentcl.seeds RECIPE.yaml --seeds 1,2,3 [--key value ...]
-    python -m hf_sentcl.seeds RECIPE.yaml --subset-sizes 10,100,1000 --seeds 1,2,3 [...]   # few-shot sweep
+    hf-sentcl sweep RECIPE.yaml --seeds 1,2,3 [--key value ...]
+    hf-sentcl sweep RECIPE.yaml --subset-sizes 10,100,1000 --seeds 1,2,3 [...]   # few-shot sweep
 
-With `--subset-sizes` every (number of texts, seed) is a run: see `hf_sentcl.fewshot`.
+With `--subset-sizes` every (number of texts, seed) is a run: see `hf_sentcl.pipeline.fewshot`.
 
-Each seed runs `hf_sentcl.run.run` into `<output_dir>/seed-<N>` (same recipe and overrides, only `seed` and
+Each seed runs `hf_sentcl.pipeline.train.run` into `<output_dir>/seed-<N>` (same recipe and overrides, only `seed` and
 `output_dir` differ). The untouched encoder's scores do not depend on the seed, so "before training" is evaluated
 for the first seed only (unless the head is kept at inference, whose random initialisation does depend on it).
 The summary goes to `<output_dir>/seeds.json` and `<output_dir>/seeds.md`; the standard deviation is the sample
@@ -16,24 +16,21 @@ from __future__ import annotations
 
 import gc
 import json
-import logging
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import datasets
 import numpy as np
-import transformers
 from accelerate import PartialState
 
 from hf_sentcl.evaluation.report import SHORT_NAMES
 from hf_sentcl.evaluation.sts import STS_TASKS
-from hf_sentcl.parser import Recipe, RecipeError, parse_recipe
-from hf_sentcl.run import run, validate_recipe
-from hf_sentcl.run_folder import check_run_folder
+from hf_sentcl.pipeline.train import run
+from hf_sentcl.recipe.checks import validate_recipe
+from hf_sentcl.recipe.parser import Recipe, RecipeError, parse_recipe
+from hf_sentcl.recipe.run_folder import check_run_folder
 
-USAGE = "usage: python -m hf_sentcl.seeds RECIPE.yaml --seeds 1,2,3 [--key value ...]"
+USAGE = "usage: hf-sentcl sweep RECIPE.yaml --seeds 1,2,3 [--subset-sizes 10,100,...] [--key value ...]"
 
 #: training figures summarised besides the STS tasks ("dev_*" are read at the best checkpoint's step)
 TRAIN_KEYS = (
@@ -177,36 +174,3 @@ def run_seeds(recipe_path: str, seeds: Sequence[int], overrides: Sequence[str] =
         (root / "seeds.md").write_text(table + "\n")
         print("\n" + table + f"\n\nSummary: {root / 'seeds.json'} and {root / 'seeds.md'}", flush=True)
     return summary
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE)
-        return 0 if argv else 2
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    datasets.utils.logging.set_verbosity_warning()
-    transformers.utils.logging.set_verbosity_warning()
-    if any(a == "--subset-sizes" or a.startswith("--subset-sizes=") for a in argv):
-        from hf_sentcl import fewshot
-
-        try:
-            recipe, sizes, seeds, full, overrides = fewshot.split_fewshot_argv(argv)
-            recipes = fewshot.sweep_recipes(recipe, sizes, seeds, overrides, run_full=full is None)
-        except (RecipeError, FileNotFoundError, ValueError) as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
-        fewshot.run_fewshot(recipe, sizes, seeds, overrides, full, recipes=recipes)
-        return 0
-    try:
-        recipe, seeds, overrides = split_argv(argv)
-        seed_recipes(recipe, seeds, overrides)
-    except (RecipeError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    run_seeds(recipe, seeds, overrides)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

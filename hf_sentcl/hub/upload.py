@@ -112,7 +112,7 @@ def upload_plan(folder: str | Path) -> list[UploadFile]:
     if missing:
         raise HubError(
             f"'{folder}' is not an hf_sentcl export (missing {', '.join(missing)}); create one with "
-            "`python -m hf_sentcl.export CHECKPOINT OUT` and push OUT."
+            "`hf-sentcl export CHECKPOINT OUT` and push OUT."
         )
     files = {p.relative_to(folder).as_posix(): p for p in sorted(folder.glob("**/*")) if p.is_file()}
     kept = filter_repo_objects(list(files), ignore_patterns=list(DEFAULT_IGNORE_PATTERNS))

@@ -25,10 +25,14 @@ import yaml
 from transformers import HfArgumentParser
 
 from hf_sentcl.configs import DataArguments, ModelArguments
-from hf_sentcl.trainers.registry import METHODS, get_method
+from hf_sentcl.methods import METHODS, get_method
 
 USAGE = "python -m hf_sentcl.run RECIPE.yaml [--key value ...] [--help]"
+
+
 RECIPE_ONLY_KEYS = ("method",)
+
+
 #: two ways of saying how large the batch is; set on the command line, either replaces the other from the file
 BATCH_SIZE_KEYS = ("global_train_batch_size", "per_device_train_batch_size")
 
@@ -48,6 +52,8 @@ _RecipeLoader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
+
+
 _RecipeLoader.add_implicit_resolver(
     "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
 )
@@ -234,6 +240,7 @@ def method_help(method: str, recipe_values: dict[str, Any] | None = None) -> str
         if action is not None:
             action.help = f"{action.help} (default: %(default)s) [recipe: {str(value).replace('%', '%%')}]"
     return parser.format_help()
+
 
 def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
     """Read a recipe file into a flat dict, with errors that name the file."""

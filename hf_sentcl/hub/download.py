@@ -35,15 +35,57 @@ from huggingface_hub.errors import (
 from huggingface_hub.file_download import repo_folder_name
 from huggingface_hub.utils import validate_repo_id
 
+DATA_ENV_VAR = "HF_SENTCL_DATA"
+
+
+def resolve_data_dir(data_dir: str | os.PathLike | None) -> Path:
+    """Return the SentEval-format data directory (the folder that holds STS/, SICK/, MR/, ...).
+
+    In this order: `data_dir` (`--data-dir`, recipe key `sts_data_dir`), else `HF_SENTCL_DATA`, else the SentEval
+    archive of the Hub (`princeton-nlp/datasets-for-simcse`, `senteval.tar`), read from the Hugging Face cache or
+    downloaded, and extracted once. A local value must be an existing folder; an `hf://datasets/...` value names
+    another archive (e.g. a pinned revision). Raises FileNotFoundError saying how to provide the data.
+    """
+    value = data_dir if data_dir not in (None, "") else os.environ.get(DATA_ENV_VAR) or None
+    if value is None:
+        return senteval_from_hub()
+    if is_hub_uri(str(value)):
+        try:
+            archive = HubFile.parse(str(value))
+        except ValueError as err:
+            raise FileNotFoundError(f"SentEval data: {err}") from None
+        return senteval_from_hub(archive)
+    path = Path(os.path.expandvars(str(value))).expanduser()
+    if not path.is_dir():
+        raise FileNotFoundError(
+            f"SentEval data directory '{path}' does not exist. Point {DATA_ENV_VAR} or --data-dir at the folder "
+            "that holds STS/, SICK/, MR/, ..., or set neither to use the Hub's SentEval archive."
+        )
+    return path
+
+
 logger = logging.getLogger(__name__)
 
+
 URI_PREFIX = "hf://"
+
+
 DATASET_URI_PREFIX = "hf://datasets/"
+
+
 URI_SYNTAX = "hf://datasets/ORG/NAME[@REVISION]/PATH"
+
+
 SIMCSE_REPO = "princeton-nlp/datasets-for-simcse"
+
+
 LIBRARY_NAME = "hf_sentcl"  # the assets-cache folder of extracted archives
+
+
 #: a SentEval-format data folder holds these task folders (STS/ and SICK/ at least)
 SENTEVAL_TASK_DIRS = ("STS", "SICK")
+
+
 INCOMPLETE_SUFFIX = ".incomplete"
 
 
@@ -89,7 +131,9 @@ class HubFile:
 
 
 SENTEVAL_ARCHIVE = HubFile(SIMCSE_REPO, "senteval.tar")
-#: the files of SimCSE's data repository, by the short names `python -m hf_sentcl.data` takes
+
+
+#: the files of SimCSE's data repository, by the short names `hf-sentcl data` takes
 SIMCSE_FILES = {
     "senteval": ("senteval.tar", "SentEval evaluation data (STS, SICK, transfer tasks), extracted once"),
     "wiki1m": ("wiki1m_for_simcse.txt", "unsupervised training corpus: 10^6 Wikipedia sentences, one per line"),
@@ -120,7 +164,7 @@ def hub_file_path(file: HubFile, what: str, force: bool = False, hint: str | Non
     except LocalEntryNotFoundError:
         reason = "HF_HUB_OFFLINE is set" if offline() else "the Hub could not be reached"
         if hint is None:
-            hint = (f"Fetch it once on a machine with network and the same HF_HOME (python -m hf_sentcl.data download "
+            hint = (f"Fetch it once on a machine with network and the same HF_HOME (hf-sentcl data download "
                     f"--what {file}), or give a local file instead.")
         raise HubDataError(
             f"{what}: '{file}' is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and {reason}. {hint}"
@@ -197,7 +241,7 @@ def extract_once(archive: Path, target: Path, source: str) -> Path:
                 reason = " ".join(str(err).split())  # tarfile lists every compression it tried, one per line
                 raise HubDataError(
                     f"The SentEval archive '{archive}' ({source}) cannot be extracted: {reason}. It is truncated or "
-                    f"damaged; download it again: python -m hf_sentcl.data download --what senteval --force"
+                    f"damaged; download it again: hf-sentcl data download --what senteval --force"
                 ) from None
             os.rename(senteval_root(staging, archive), target)
         finally:
@@ -233,6 +277,6 @@ def no_senteval_message(archive: HubFile, reason: str) -> str:
         "(1) --data-dir DIR or the recipe key 'sts_data_dir'; "
         "(2) the environment variable HF_SENTCL_DATA=DIR; "
         f"(3) the Hub archive {archive}, fetched into the Hugging Face cache "
-        f"(`python -m hf_sentcl.data download --what {what}` on a machine with network, then HF_HUB_OFFLINE=1 "
+        f"(`hf-sentcl data download --what {what}` on a machine with network, then HF_HUB_OFFLINE=1 "
         f"works). This time: {reason}"
     )

@@ -1,7 +1,7 @@
 """The model card of an export: rendered from a results dict with `huggingface_hub`'s `ModelCard`.
 
 The template, `model_cards/sentence_encoder.md`, is package data (read with `importlib.resources`). Every number
-in the card comes from the results dict: a run's `results.json` or the output of `python -m hf_sentcl.evaluate
+in the card comes from the results dict: a run's `results.json` or the output of `hf-sentcl evaluate
 --output`, both brought to one shape by `load_results`. The front matter carries a `model-index` with one
 `cos_sim_spearman` result (0-100) per STS task, labelled as MTEB's datasets; those numbers are the MTEB-protocol
 scores (`hf_sentcl.evaluation.mteb`), never SentEval's SICK-R test split. The inputs of a card are saved beside
@@ -23,28 +23,43 @@ from typing import Any
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
-from hf_sentcl.defaults import EMBEDDED_MODEL_ALIAS
 from hf_sentcl.evaluation.mteb import MTEB_STS_DATASETS
 from hf_sentcl.evaluation.plots import PLOT_CAPTIONS, PLOTS_DIRNAME
 from hf_sentcl.evaluation.report import (
-    RUN_LABELS, SHORT_NAMES, read_json, sts_markdown_table, transfer_markdown_table, write_json,
+    RUN_LABELS,
+    SHORT_NAMES,
+    read_json,
+    sts_markdown_table,
+    transfer_markdown_table,
+    write_json,
 )
 from hf_sentcl.evaluation.sts import STS_TASKS
 from hf_sentcl.evaluation.transfer import TRANSFER_TASKS
-from hf_sentcl.modeling.export_plan import ExportPlan
+from hf_sentcl.export.plan import ExportPlan
+from hf_sentcl.methods import METHODS, PAPERS
+from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS
 from hf_sentcl.modeling.pooling import masked_max, masked_mean
-from hf_sentcl.run_metadata import library_versions
+from hf_sentcl.recipe.metadata import library_versions
 
 TEMPLATE = files("hf_sentcl") / "model_cards" / "sentence_encoder.md"
+
+
 CARD_INPUTS = "hf_sentcl_card.json"  # the plan and results a card was rendered from, beside README.md
-#: the label of the one row of results from `hf_sentcl.evaluate`
+
+
+#: the label of the one row of results from `hf-sentcl evaluate`
 EVALUATED = "evaluated"
+
+
 ROW_LABELS = {**RUN_LABELS, EVALUATED: "this model"}
+
+
 #: results.json keys the card reads (the rest, e.g. loss curves, stays out of the export)
 CARD_KEYS = (
     "source", "method", "model_name_or_path", "pooling", "sts_mode", "sick_split", "sts", "transfer", "mteb_sts",
     "mteb_sts_seconds", "train", "recipe_settings", "training_data", "precision", "versions",
 )
+
 
 # Published training corpora recognised by file name (train_file) -> their Hub dataset.
 KNOWN_TRAIN_FILES = {
@@ -52,57 +67,13 @@ KNOWN_TRAIN_FILES = {
     "wiki1m_subset.txt": "princeton-nlp/datasets-for-simcse",
     "nli_for_simcse.csv": "princeton-nlp/datasets-for-simcse",
 }
+
+
 # unlabeled_sts setting -> the STS tasks whose texts were trained on ("all-scored": the scored pairs only)
 UNLABELED_STS_TASKS = {
     "stsb": ["STSBenchmark"], "all": list(MTEB_STS_DATASETS), "all-scored": list(MTEB_STS_DATASETS),
 }
 
-CITATIONS = {
-    "simcse": """@inproceedings{gao2021simcse,
-  title = {{SimCSE}: Simple Contrastive Learning of Sentence Embeddings},
-  author = {Gao, Tianyu and Yao, Xingcheng and Chen, Danqi},
-  booktitle = {Proceedings of the 2021 Conference on Empirical Methods in Natural Language Processing (EMNLP)},
-  year = {2021}
-}""",
-    "self_guided": """@inproceedings{kim2021selfguided,
-  title = {Self-Guided Contrastive Learning for {BERT} Sentence Representations},
-  author = {Kim, Taeuk and Yoo, Kang Min and Lee, Sang-goo},
-  booktitle = {Proceedings of the 59th Annual Meeting of the Association for Computational Linguistics (ACL)},
-  year = {2021}
-}""",
-    "consert": """@inproceedings{yan2021consert,
-  title = {{ConSERT}: A Contrastive Framework for Self-Supervised Sentence Representation Transfer},
-  author = {Yan, Yuanmeng and Li, Rumei and Wang, Sirui and Zhang, Fuzheng and Wu, Wei and Xu, Weiran},
-  booktitle = {Proceedings of the 59th Annual Meeting of the Association for Computational Linguistics (ACL)},
-  year = {2021}
-}""",
-    "clear": """@article{wu2020clear,
-  title = {{CLEAR}: Contrastive Learning for Sentence Representation},
-  author = {Wu, Zhuofeng and Wang, Sinong and Gu, Jiatao and Khabsa, Madian and Sun, Fei and Ma, Hao},
-  journal = {arXiv preprint arXiv:2012.15466},
-  year = {2020}
-}""",
-    "ifm": """@inproceedings{robinson2021shortcuts,
-  title = {Can contrastive learning avoid shortcut solutions?},
-  author = {Robinson, Joshua and Sun, Li and Yu, Ke and Batmanghelich, Kayhan and Jegelka, Stefanie and Sra, Suvrit},
-  booktitle = {Advances in Neural Information Processing Systems (NeurIPS)},
-  year = {2021}
-}""",
-    "byop": """@misc{byop,
-  title = {Bootstrap Your Own {PLM}: Boosting Semantic Features of {PLMs} for Unsupervised Contrastive Learning},
-  note = {Anonymous ACL submission}
-}""",
-}
-# recipe `method:` name -> keys of CITATIONS
-METHOD_CITATIONS = {
-    "simcse": ("simcse",),
-    "simcse_sup": ("simcse",),
-    "self_guided": ("self_guided",),
-    "sg": ("self_guided",),
-    "sg_opt": ("self_guided",),
-    "consert": ("consert",),
-    "clear": ("clear",),
-}
 
 EXAMPLE_SENTENCES = ("A man is playing a guitar.", "Someone is playing an instrument.", "A cat sleeps on the sofa.")
 
@@ -119,7 +90,7 @@ def _check_scores(path: Path, where: str, scores: Any, known: Sequence[str]) -> 
 
 
 def _from_evaluate(path: Path, raw: Mapping[str, Any]) -> dict[str, Any]:
-    """The output of `python -m hf_sentcl.evaluate --output` in the shape of a run's results (one row)."""
+    """The output of `hf-sentcl evaluate --output` in the shape of a run's results (one row)."""
     results: dict[str, Any] = {
         "source": "evaluate",
         "model_name_or_path": raw["model"],
@@ -153,7 +124,7 @@ def _from_run(path: Path, raw: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def load_results(path: str | os.PathLike) -> dict[str, Any]:
-    """Read the results a card is written from: a run's `results.json` or the JSON of `hf_sentcl.evaluate
+    """Read the results a card is written from: a run's `results.json` or the JSON of `hf-sentcl evaluate
     --output` (STS and/or transfer). Both come back in the run's shape: `sts`/`transfer` map a row label
     (`before`, `after` or `evaluated`) to scores. ValueError saying why for a file that holds no usable scores.
     """
@@ -168,13 +139,13 @@ def load_results(path: str | os.PathLike) -> dict[str, Any]:
     else:
         raise ValueError(
             f"Results file '{path}' is neither a run's results.json (keys 'method', 'sts') nor the output of "
-            "`python -m hf_sentcl.evaluate --output` (keys 'model', 'tasks'); its keys are "
+            "`hf-sentcl evaluate --output` (keys 'model', 'tasks'); its keys are "
             f"{sorted(raw)[:8]}."
         )
     if not any(results.get(k) for k in ("sts", "transfer", "mteb_sts")):
         raise ValueError(
             f"Results file '{path}' holds no STS or transfer scores, so the card would have no results; evaluate "
-            "the model (`python -m hf_sentcl.evaluate ... --output FILE`) and pass that file with --results."
+            "the model (`hf-sentcl evaluate ... --output FILE`) and pass that file with --results."
         )
     return results
 
@@ -217,11 +188,11 @@ def mteb_training_tasks(results: Mapping[str, Any]) -> set[str] | None:
 
 def citations(method: str | None, settings: Mapping[str, Any]) -> list[str]:
     """BibTeX entries for the method and for the IFM/BYOP logit perturbation when it was used."""
-    keys = list(METHOD_CITATIONS.get(method or "", ()))
+    keys = [METHODS[method].paper] if method in METHODS else []
     perturbation = settings.get("perturbation")
     if perturbation:
         keys.append("ifm" if set(re.findall(r"[pn][+-]", perturbation)) == {"p-", "n+"} else "byop")
-    return [CITATIONS[k] for k in dict.fromkeys(keys)]
+    return [PAPERS[k].bibtex for k in dict.fromkeys(keys) if k]
 
 
 def mteb_eval_results(scores: Mapping[str, float]) -> list[EvalResult]:
@@ -388,8 +359,6 @@ def render_model_card(
     the card's title and the model-index name. `plots` are PNG paths relative to the export folder, shown as
     images with their `PLOT_CAPTIONS`.
     """
-    from hf_sentcl.trainers.registry import METHODS
-
     model_name = model_name or (repo_id or model_id).rstrip("/").split("/")[-1]
     method = results.get("method")
     settings = results.get("recipe_settings") or {}
@@ -472,7 +441,7 @@ def rewrite_model_card(out_dir: str | os.PathLike, repo_id: str) -> Path:
     if not inputs_path.is_file():
         raise FileNotFoundError(
             f"'{out_dir}' has no {CARD_INPUTS} (the inputs of its model card), so its card cannot be rendered for "
-            f"'{repo_id}'; export it again with `python -m hf_sentcl.export ... --overwrite`."
+            f"'{repo_id}'; export it again with `hf-sentcl export ... --overwrite`."
         )
     inputs = read_json(inputs_path)
     return write_model_card(out_dir, ExportPlan.from_dict(inputs["plan"]), inputs["results"], repo_id=repo_id)

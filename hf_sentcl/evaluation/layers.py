@@ -1,6 +1,6 @@
 """Analyses of a sentence encoder. `layers`: the layer x pooling study of the SG-BERT paper's Figure 1.
 
-    python -m hf_sentcl.analyze layers --model PATH_OR_HUB_ID [--split dev|test] [--output-dir DIR] [--bf16]
+    hf-sentcl analyze layers --model PATH_OR_HUB_ID [--split dev|test] [--output-dir DIR] [--bf16]
 
 Every hidden state 0..l (0 = the embedding layer's output) is pooled with [CLS], mean and max pooling and scored
 on STS-B (Spearman x 100 of cosine similarity). The backbone runs ONCE per batch with all hidden states
@@ -23,9 +23,9 @@ import torch
 from scipy.stats import ConstantInputWarning
 from tqdm.auto import tqdm
 
-from hf_sentcl.defaults import EMBEDDED_MODEL_ALIAS, resolve_data_dir
 from hf_sentcl.evaluation.plots import plot_layer_heatmap
 from hf_sentcl.evaluation.sts import STSEvaluator
+from hf_sentcl.hub.download import resolve_data_dir
 from hf_sentcl.modeling import SentenceEncoder
 from hf_sentcl.modeling.pooling import pool
 
@@ -119,32 +119,3 @@ def run_layer_study(args: argparse.Namespace) -> int:
     print(f"\nBest cell: hidden state {layer}, {pooling} pooling: {value:.2f}")
     print(f"Wrote {csv_path} and {png_path}")
     return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m hf_sentcl.analyze", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    layers = commands.add_parser(
-        "layers", help="Score every hidden state with cls/mean/max pooling on STS-B; write a CSV and a heatmap."
-    )
-    layers.add_argument("--model", required=True, help=f"Path, Hub id, or '{EMBEDDED_MODEL_ALIAS}'.")
-    layers.add_argument("--split", choices=("dev", "test"), default="dev", help="STS-B split to score on.")
-    layers.add_argument(
-        "--data-dir", default=None,
-        help="SentEval-format directory or hf:// archive (default: $HF_SENTCL_DATA, else the Hub archive; "
-        "`python -m hf_sentcl.data info` shows which).",
-    )
-    layers.add_argument("--output-dir", default="layer_study", help="Where layers_<split>.csv/.png go.")
-    layers.add_argument("--batch-size", type=int, default=128)
-    layers.add_argument("--bf16", action="store_true", help="Run the backbone under bf16 autocast.")
-    layers.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda if available).")
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return {"layers": run_layer_study}[args.command](args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """Push an export folder to the Hugging Face Hub.
 
-    python -m hf_sentcl.push OUT --repo-id ORG/NAME [--mteb-results DIR] [--private] [--revision BRANCH] [--dry-run]
+    hf-sentcl push OUT --repo-id ORG/NAME [--mteb-results DIR] [--private] [--revision BRANCH] [--dry-run]
 
 The model card is rendered again for ORG/NAME (its usage snippets load that id) in a temporary copy of the
 export, and that copy is uploaded in one commit through `huggingface_hub`'s `upload_folder`; the local export is
@@ -13,34 +13,19 @@ message and exit status 1.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from hf_sentcl.evaluation.mteb import rekey_mteb_results
-from hf_sentcl.export import MTEB_RESULTS_DIRNAME, ExportError, export_run
-from hf_sentcl.hub import HubApi, HubError, PushResult, check_repo_id, format_upload_plan, push_folder, upload_plan
-from hf_sentcl.model_card import rewrite_model_card
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m hf_sentcl.push", description=__doc__.splitlines()[0])
-    parser.add_argument("folder", help="An export folder written by `python -m hf_sentcl.export` or a recipe run.")
-    parser.add_argument("--repo-id", required=True, help="Hub model repository ORG/NAME (created if missing).")
-    parser.add_argument(
-        "--mteb-results", default=None,
-        help="The folder given to `export --mteb-results`: file its results under the pushed commit.",
-    )
-    parser.add_argument("--private", action="store_true", help="Create the repository as private.")
-    parser.add_argument("--revision", default=None, help="Branch to commit to (created from main if missing).")
-    parser.add_argument("--commit-message", default=None, help="Commit message.")
-    parser.add_argument("--dry-run", action="store_true", help="List what would be uploaded; do not contact the Hub.")
-    return parser
+from hf_sentcl.export.bundle import MTEB_RESULTS_DIRNAME, export_run
+from hf_sentcl.export.card import rewrite_model_card
+from hf_sentcl.export.mteb_files import rekey_mteb_results
+from hf_sentcl.export.plan import ExportError
+from hf_sentcl.hub.upload import HubApi, HubError, PushResult, push_folder, upload_plan
 
 
 @contextlib.contextmanager
@@ -103,7 +88,7 @@ def publish_run(encoder, results: dict[str, Any], args, api: HubApi | None = Non
             )
         except (HubError, ValueError) as err:
             info["push_error"] = str(err)
-            print(f"error: {err}\nThe export in '{export_dir}' is intact; retry with `python -m hf_sentcl.push "
+            print(f"error: {err}\nThe export in '{export_dir}' is intact; retry with `hf-sentcl push "
                   f"{export_dir} --repo-id {args.hub_model_id}`.", file=sys.stderr, flush=True)
         else:
             info["pushed_to"] = pushed.url
@@ -111,37 +96,3 @@ def publish_run(encoder, results: dict[str, Any], args, api: HubApi | None = Non
             if mteb_folder is not None:
                 info["mteb_results"] = str(mteb_folder)
     return info
-
-
-def main(argv: Sequence[str] | None = None, api: HubApi | None = None) -> int:
-    """CLI entry point; `api` replaces `huggingface_hub.HfApi` (tests pass a recorder)."""
-    args = build_parser().parse_args(argv)
-    visibility = "private" if args.private else "the Hub's default visibility for a new repository"
-    target = f"{args.repo_id}" + (f" (branch {args.revision})" if args.revision else "")
-    try:
-        check_repo_id(args.repo_id)
-        if args.mteb_results and not Path(args.mteb_results).is_dir():
-            raise HubError(f"--mteb-results '{args.mteb_results}' is not a folder (give the one passed to export).")
-        if args.dry_run:
-            with carded_for(args.folder, args.repo_id) as copy:
-                print(f"Dry run: would upload to {target}, {visibility}:")
-                print(format_upload_plan(upload_plan(copy)))
-                print(f"\nREADME.md rendered for {args.repo_id}; its usage snippets:\n")
-                print(usage_snippets(copy / "README.md"))
-            return 0
-        result, mteb_folder = push_export(
-            args.folder, args.repo_id, mteb_results=args.mteb_results, private=True if args.private else None,
-            revision=args.revision, commit_message=args.commit_message, api=api,
-        )
-    except (HubError, FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        print(f"The local export in '{args.folder}' is unchanged.", file=sys.stderr)
-        return 1
-    print(f"Uploaded {len(result.files)} files to {target}: {result.url}")
-    if mteb_folder is not None:
-        print(f"MTEB results filed under the pushed commit: {mteb_folder}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,28 +1,21 @@
 """Evaluate an encoder on STS and transfer tasks from the command line; the same suites end every training run.
 
-    python -m hf_sentcl.evaluate --model PATH_OR_HUB_ID --pooling mean --tasks sts,transfer --output results.json
+    hf-sentcl evaluate --model PATH_OR_HUB_ID --pooling mean --tasks sts,transfer --output results.json
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from hf_sentcl.defaults import EMBEDDED_MODEL_ALIAS, resolve_data_dir
+from hf_sentcl.evaluation.glue import GlueEvaluator, GlueSettings, glue_markdown_table
 from hf_sentcl.evaluation.plots import stsb_predictions
-from hf_sentcl.evaluation.report import sts_markdown_table, transfer_markdown_table, write_report
-from hf_sentcl.evaluation.sts import STS_MODES, STS_TASKS, STSEvaluator
+from hf_sentcl.evaluation.report import sts_markdown_table, transfer_markdown_table
+from hf_sentcl.evaluation.sts import STS_TASKS, STSEvaluator
 from hf_sentcl.evaluation.transfer import SENTEVAL_SEED, TRANSFER_TASKS, TransferEvaluator, transfer_summary
-from hf_sentcl.evaluation.whitening import WHITENING_FITS, WhiteningSpec, whitened_sts_scores
-from hf_sentcl.glue import GlueEvaluator, GlueSettings, glue_markdown_table
-from hf_sentcl.modeling import POOLING_MODES, SentenceEncoder
-from hf_sentcl.progress import quiet_library_bars
-from hf_sentcl.run_folder import check_writable
+from hf_sentcl.evaluation.whitening import WhiteningSpec, whitened_sts_scores
 
 EVAL_SUITES = ("sts", "transfer", "glue")
 
@@ -62,7 +55,7 @@ class SuiteResults:
     stsb_predictions: dict[str, list[float]] | None = None
     transfer: dict[str, float] | None = None
     transfer_details: dict[str, dict[str, Any]] | None = None
-    #: GLUE dev scores after fine-tuning a copy of the backbone per task and seed (`hf_sentcl.glue`)
+    #: GLUE dev scores after fine-tuning a copy of the backbone per task and seed (`hf-sentcl glue`)
     glue: dict[str, dict[str, Any]] | None = None
     #: the STS scores after each whitening of the embeddings (`whitening`), keyed by its description
     sts_whitened: dict[str, dict[str, float]] | None = None
@@ -161,112 +154,3 @@ def run_results(final: Mapping[str, SuiteResults]) -> dict[str, Any]:
     if glue:
         results["glue"] = glue
     return results
-
-
-# ------------------------------------------------------------------------------------------------ CLI
-def _names(value: str) -> list[str]:
-    return [s.strip() for s in value.split(",") if s.strip()]
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m hf_sentcl.evaluate", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True, help=f"Path, Hub id, or '{EMBEDDED_MODEL_ALIAS}'.")
-    parser.add_argument(
-        "--pooling", choices=POOLING_MODES, default=None,
-        help="Pooling to evaluate with (default: the saved encoder's, or 'cls' for a plain backbone).",
-    )
-    parser.add_argument("--pooling-layer", type=int, default=None, help="Hidden-state index for cls/mean/max.")
-    parser.add_argument("--tasks", default="sts", help=f"Comma-separated suites: {', '.join(EVAL_SUITES)}.")
-    parser.add_argument("--sts-tasks", default=",".join(STS_TASKS), help="Subset of the 7 STS tasks.")
-    parser.add_argument("--sts-mode", choices=STS_MODES, default="all", help="How STS12-16 subsets combine.")
-    parser.add_argument(
-        "--sick-split", choices=("test", "all"), default="test",
-        help="SICK-R pairs: SentEval's test split (papers) or all 9,927 pairs (MTEB's SICK-R).",
-    )
-    parser.add_argument(
-        "--transfer-tasks", default=",".join(TRANSFER_TASKS), help="Subset of the 7 transfer tasks."
-    )
-    parser.add_argument("--kfold", type=int, default=10, help="Folds of the transfer probes' cross-validation.")
-    parser.add_argument(
-        "--probe-jobs", type=int, default=1, help="Processes fitting transfer probes in parallel (same results)."
-    )
-    parser.add_argument(
-        "--whitening", action="append", default=None, metavar="FIT[:K]",
-        help=f"Also score STS after whitening (Su et al. 2021) fitted on FIT: {' or '.join(WHITENING_FITS)} "
-        "(eval: every evaluation sentence, task: each task's own) or a text file, one sentence per line; ':K' keeps "
-        "K dimensions. Repeat the flag for several whitenings of the same embeddings.",
-    )
-    parser.add_argument(
-        "--data-dir", default=None,
-        help="SentEval-format directory or hf:// archive (default: $HF_SENTCL_DATA, else the Hub archive; "
-        "`python -m hf_sentcl.data info` shows which).",
-    )
-    parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--bf16", action="store_true", help="Encode under bf16 autocast.")
-    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda if available).")
-    parser.add_argument("--output", default=None, help="Write results JSON here (and a .md table beside it).")
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    quiet_library_bars()
-    suites = _names(args.tasks)
-    try:
-        check_suites(suites)
-    except ValueError as err:
-        print(f"error: --tasks: {err}", file=sys.stderr)
-        return 2
-    try:
-        if args.output:  # before the model loads and encodes, not after the whole evaluation
-            check_writable(Path(args.output).parent, "--output")
-        whitening = [WhiteningSpec.parse(value) for value in args.whitening or ()]
-        evaluation = EvaluationSuites(
-            resolve_data_dir(args.data_dir), suites, sts_tasks=_names(args.sts_tasks), sts_mode=args.sts_mode,
-            sick_split=args.sick_split, transfer_tasks=_names(args.transfer_tasks), kfold=args.kfold,
-            probe_jobs=args.probe_jobs, whitening=whitening,
-        )
-    except (FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-
-    overrides = {k: v for k, v in (("pooling", args.pooling), ("pooling_layer", args.pooling_layer)) if v is not None}
-    if args.pooling is not None:  # the pooling asked for is the one evaluated, whatever the encoder saved for eval
-        overrides["inference_pooling"] = None
-    encoder = SentenceEncoder.load(args.model, **overrides)
-    import torch
-
-    encoder.to(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    measured = evaluation(encoder, batch_size=args.batch_size, bf16=args.bf16)
-    pooling = encoder.config.active_pooling(training=False)
-    results: dict[str, Any] = {
-        "model": args.model,
-        "pooling": pooling,
-        "pooling_layer": encoder.config.pooling_layer,
-        "tasks": suites,
-        "sts_mode": args.sts_mode,
-        "sick_split": args.sick_split,
-        "precision": "bf16" if args.bf16 else "fp32",
-        # STS scores stay top-level keys, as before transfer tasks existed
-        **{k: round(v, 4) for k, v in (measured.sts or {}).items()},
-    }
-    if measured.sts_whitened is not None:
-        results["whitened"] = {
-            spec.describe(): {"fit": spec.fit, "dims": spec.dims,
-                              **{k: round(v, 4) for k, v in measured.sts_whitened[spec.describe()].items()}}
-            for spec in whitening
-        }
-    if measured.transfer is not None:
-        results["transfer"] = {k: round(v, 4) for k, v in measured.transfer.items()}
-        results["transfer_details"] = measured.transfer_details
-        results["kfold"] = args.kfold
-    table = markdown_report({f"{args.model} ({pooling})": measured}, args.sts_mode)
-    print(table)
-    if args.output:
-        json_path, md_path = write_report(args.output, results, table)
-        print(f"\nWrote {json_path} and {md_path}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

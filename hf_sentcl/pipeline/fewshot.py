@@ -1,10 +1,10 @@
 """The few-shot sweep of ConSERT's section 5.3 (Figure 6), for any recipe: train on N texts drawn at random from the
 training data, for every N and seed, and plot the 7-STS average against N.
 
-    python -m hf_sentcl.seeds RECIPE.yaml --subset-sizes 1,10,100,1000,10000 --seeds 1,2,3 \
+    hf-sentcl sweep RECIPE.yaml --subset-sizes 1,10,100,1000,10000 --seeds 1,2,3 \
         [--full-results RUN/results.json] [--key value ...]
 
-Run (N, seed) trains `hf_sentcl.run.run` into `<output_dir>/size-<N>/seed-<seed>` with `train_subset_size: N`,
+Run (N, seed) trains `hf_sentcl.pipeline.train.run` into `<output_dir>/size-<N>/seed-<seed>` with `train_subset_size: N`,
 `train_subset_seed: seed` and `seed: seed` (the draw and the training both follow the seed), everything else as the
 recipe and overrides say. Protocol choices (the paper gives none of them):
 
@@ -41,20 +41,27 @@ from hf_sentcl.data.corpus import load_training_dataset
 from hf_sentcl.evaluation.plots import plot_fewshot_curve
 from hf_sentcl.evaluation.report import SHORT_NAMES, write_json
 from hf_sentcl.evaluation.sts import STS_TASKS
-from hf_sentcl.parser import Recipe, RecipeError, parse_recipe
-from hf_sentcl.run import checked, run, validate_recipe
-from hf_sentcl.run_metadata import non_default_settings
-from hf_sentcl.seeds import parse_seeds
-from hf_sentcl.trainers.registry import get_method
+from hf_sentcl.methods import get_method
+from hf_sentcl.pipeline.seeds import parse_seeds
+from hf_sentcl.pipeline.train import run
+from hf_sentcl.recipe.checks import checked, validate_recipe
+from hf_sentcl.recipe.metadata import non_default_settings
+from hf_sentcl.recipe.parser import Recipe, RecipeError, parse_recipe
 
 USAGE = (
-    "usage: python -m hf_sentcl.seeds RECIPE.yaml --subset-sizes 10,100,1000 --seeds 1,2,3 "
+    "usage: hf-sentcl sweep RECIPE.yaml --subset-sizes 10,100,1000 --seeds 1,2,3 "
     "[--full-results RUN/results.json] [--key value ...]"
 )
+
+
 #: fewer texts than this leave in-batch contrastive losses without a negative
 MIN_SUBSET_SIZE = 2
+
+
 #: settings that change what a run reports but not the model it trains (a finished run is reused despite them)
 EVALUATION_ONLY_SETTINGS = frozenset({"eval_before_training"})
+
+
 SKIP_REASON = (
     "skipped: an in-batch contrastive loss over 2 views of 1 text has no negative (loss 0, no gradient); the paper "
     "does not say how it trained on 1 text"

@@ -1,0 +1,126 @@
+"""`hf-sentcl export ENCODER OUT`: export a saved encoder (or a backbone) with its model card."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from hf_sentcl.evaluation.mteb import INSTALL_HINT, mteb_available, mteb_sts_scores
+from hf_sentcl.evaluation.sts import STSEvaluator
+from hf_sentcl.export.bundle import (
+    check_results_match,
+    export_mteb_results,
+    export_with_card,
+    find_results,
+    load_checkpoint,
+)
+from hf_sentcl.export.card import load_results
+from hf_sentcl.export.plan import ExportError
+from hf_sentcl.export.verify import PROBE_SENTENCES
+from hf_sentcl.export.writer import check_export_target
+from hf_sentcl.hub.download import resolve_data_dir
+from hf_sentcl.modeling import POOLING_MODES
+from hf_sentcl.modeling.peft import save_adapter
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hf-sentcl export", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "checkpoint", metavar="ENCODER",
+        help="A saved SentenceEncoder (a run's output_dir or checkpoint-N), or a backbone (path, Hub id or "
+        "'embedded:all-MiniLM-L6-v2') with --pooling.",
+    )
+    parser.add_argument("out", help="Export folder to write (README.md, config.json, modules.json, ...).")
+    parser.add_argument("--pooling", choices=POOLING_MODES, default=None,
+                        help="Pooling of the export (default: the saved encoder's, or the one in --results).")
+    parser.add_argument("--pooling-layer", type=int, default=None, help="Hidden-state index for cls/mean/max.")
+    parser.add_argument(
+        "--results", default=None,
+        help="A run's results.json or the JSON of `hf-sentcl evaluate --output`, for the card's tables and "
+        "model-index (default: the results.json beside ENCODER).",
+    )
+    parser.add_argument("--repo-id", default=None, help="Hub id ORG/NAME that the card's usage snippets load.")
+    parser.add_argument(
+        "--mteb-results", default=None,
+        help="Also write MTEB result files (results/ORG__NAME/REVISION/*.json, needs mteb) under this folder.",
+    )
+    parser.add_argument("--data-dir", default=None,
+                        help="SentEval data for the MTEB-protocol scores when the results lack them.")
+    parser.add_argument("--batch-size", type=int, default=128, help="Batch size of the MTEB-protocol scoring.")
+    parser.add_argument(
+        "--adapter", default=None,
+        help="Also save the LoRA adapter alone to this folder (for a checkpoint trained with a 'peft' section and "
+        "saved before the end of the run; the export itself always has the adapters merged).",
+    )
+    parser.add_argument("--overwrite", action="store_true", help="Replace an earlier export in OUT.")
+    parser.add_argument("--no-verify", action="store_true", help="Skip reloading the export to check its embeddings.")
+    parser.add_argument(
+        "--probe-file", default=None,
+        help="Check the export on the sentences of this file (one per line) instead of the built-in probes.",
+    )
+    parser.add_argument("--probe-count", type=int, default=100, help="How many lines of --probe-file to use.")
+    parser.add_argument(
+        "--tolerance", type=float, default=1e-4, help="Largest |difference| accepted between the loaders."
+    )
+    return parser
+
+
+def read_probe_sentences(path: str | Path, count: int) -> list[str]:
+    """The first `count` distinct non-empty lines of `path`."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"--probe-file '{path}' does not exist.")
+    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    sentences = list(dict.fromkeys(lines))[:count]
+    if not sentences:
+        raise ValueError(f"--probe-file '{path}' holds no sentences.")
+    return sentences
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    checkpoint = Path(args.checkpoint)
+    try:  # everything that can be checked before the model loads
+        results_path = Path(args.results) if args.results else find_results(checkpoint)
+        results = load_results(results_path) if results_path else {}
+        if args.mteb_results and not mteb_available():
+            raise ExportError(f"--mteb-results needs the mteb package: {INSTALL_HINT}.")
+        check_export_target(args.out, args.overwrite)
+        probes = read_probe_sentences(args.probe_file, args.probe_count) if args.probe_file else PROBE_SENTENCES
+        score_mteb = (bool(results.get("sts")) or bool(args.mteb_results)) and not results.get("mteb_sts")
+        data_dir = resolve_data_dir(args.data_dir) if score_mteb else None
+        if score_mteb:
+            STSEvaluator(data_dir, mode="all", sick_split="all")  # reads (and so checks) every STS file now
+        check_results_match(results, args.checkpoint, results_path)
+        pooling = args.pooling or (results.get("pooling") if results.get("source") == "evaluate" else None)
+        encoder = load_checkpoint(args.checkpoint, pooling, args.pooling_layer)
+        check_results_match(results, args.checkpoint, results_path, encoder)
+        adapter = save_adapter(encoder, args.adapter) if args.adapter else None
+        if score_mteb:
+            print("Scoring the 7 STS tasks with MTEB's protocol for the card's model-index ...", flush=True)
+            results.update(mteb_sts_scores(encoder, data_dir, batch_size=args.batch_size).to_results())
+        plan, differences = export_with_card(
+            encoder, args.out, results, repo_id=args.repo_id, overwrite=args.overwrite, verify=not args.no_verify,
+            probes=probes, tolerance=args.tolerance,
+            plots_from=results_path.parent if results_path and results.get("source") != "evaluate" else None,
+        )
+        mteb_folder = (
+            export_mteb_results(args.mteb_results, results, args.out, plan, args.repo_id) if args.mteb_results else None
+        )
+    except (ExportError, FileNotFoundError, ValueError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"Exported to {args.out}: {plan.describe()}")
+    if differences is not None:
+        checked = ", ".join(f"{loader} {value:.2e}" for loader, value in differences.items())
+        print(f"Checked on {len(probes)} sentences, max |difference| from SentenceEncoder.encode: {checked}")
+    print(f"Model card: {Path(args.out) / 'README.md'}" + ("" if results else " (no results file: no result tables)"))
+    if mteb_folder:
+        print(f"MTEB results (checked with mteb's loaders): {mteb_folder}")
+    if adapter:
+        print(f"LoRA adapter: {adapter}")
+    return 0

@@ -1,0 +1,56 @@
+"""`hf-sentcl push OUT --repo-id ORG/NAME`: upload an export folder to the Hub."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from hf_sentcl.export.publish import carded_for, push_export, usage_snippets
+from hf_sentcl.hub.upload import HubApi, HubError, check_repo_id, format_upload_plan, upload_plan
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hf-sentcl push", description=__doc__.splitlines()[0])
+    parser.add_argument("folder", help="An export folder written by `hf-sentcl export` or a recipe run.")
+    parser.add_argument("--repo-id", required=True, help="Hub model repository ORG/NAME (created if missing).")
+    parser.add_argument(
+        "--mteb-results", default=None,
+        help="The folder given to `export --mteb-results`: file its results under the pushed commit.",
+    )
+    parser.add_argument("--private", action="store_true", help="Create the repository as private.")
+    parser.add_argument("--revision", default=None, help="Branch to commit to (created from main if missing).")
+    parser.add_argument("--commit-message", default=None, help="Commit message.")
+    parser.add_argument("--dry-run", action="store_true", help="List what would be uploaded; do not contact the Hub.")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, api: HubApi | None = None) -> int:
+    """CLI entry point; `api` replaces `huggingface_hub.HfApi` (tests pass a recorder)."""
+    args = build_parser().parse_args(argv)
+    visibility = "private" if args.private else "the Hub's default visibility for a new repository"
+    target = f"{args.repo_id}" + (f" (branch {args.revision})" if args.revision else "")
+    try:
+        check_repo_id(args.repo_id)
+        if args.mteb_results and not Path(args.mteb_results).is_dir():
+            raise HubError(f"--mteb-results '{args.mteb_results}' is not a folder (give the one passed to export).")
+        if args.dry_run:
+            with carded_for(args.folder, args.repo_id) as copy:
+                print(f"Dry run: would upload to {target}, {visibility}:")
+                print(format_upload_plan(upload_plan(copy)))
+                print(f"\nREADME.md rendered for {args.repo_id}; its usage snippets:\n")
+                print(usage_snippets(copy / "README.md"))
+            return 0
+        result, mteb_folder = push_export(
+            args.folder, args.repo_id, mteb_results=args.mteb_results, private=True if args.private else None,
+            revision=args.revision, commit_message=args.commit_message, api=api,
+        )
+    except (HubError, FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        print(f"The local export in '{args.folder}' is unchanged.", file=sys.stderr)
+        return 1
+    print(f"Uploaded {len(result.files)} files to {target}: {result.url}")
+    if mteb_folder is not None:
+        print(f"MTEB results filed under the pushed commit: {mteb_folder}")
+    return 0

@@ -1,0 +1,65 @@
+"""`hf-sentcl train RECIPE [--key value ...]` (also `python -m hf_sentcl.run`): train and evaluate as a recipe says."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+
+import datasets
+import transformers
+
+from hf_sentcl.methods import METHODS
+from hf_sentcl.modeling.health import TrainingFailure
+from hf_sentcl.pipeline.train import run
+from hf_sentcl.recipe.checks import checked
+from hf_sentcl.recipe.parser import USAGE as RECIPE_USAGE
+from hf_sentcl.recipe.parser import RecipeError, merged_values, method_help, parse_recipe
+
+USAGE = f"usage: {RECIPE_USAGE}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        print(f"{USAGE}\n\n{method_list()}")
+        return 2
+    if "-h" in argv or "--help" in argv:
+        return print_help([a for a in argv if a not in ("-h", "--help")])
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    datasets.utils.logging.set_verbosity_warning()
+    transformers.utils.logging.set_verbosity_warning()
+    try:
+        recipe = checked(parse_recipe(argv[0], argv[1:]))
+    except (RecipeError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    try:
+        results = run(recipe, already_checked=True)
+    except TrainingFailure as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 1 if {"push_error", "export_error"} & set(results.get("export", {})) else 0
+
+
+def method_list() -> str:
+    return "Methods (key 'method'; `--method NAME --help` lists its keys):\n" + "\n".join(
+        f"  {name:12} {spec.summary}" for name, spec in METHODS.items()
+    )
+
+
+def print_help(argv: list[str]) -> int:
+    """`RECIPE --help` or `--method NAME --help`: every key of the method with type, default and help (keys the
+    recipe sets also show its value); without a method, the usage and the methods."""
+    recipe = argv[0] if argv and not argv[0].startswith("--") else None
+    try:
+        values, _, _ = merged_values(recipe, argv[1:] if recipe else argv)
+        if "method" not in values:
+            print(f"{USAGE}\n\n{method_list()}")
+            return 0
+        method = str(values.pop("method"))
+        print(method_help(method, values))
+    except (RecipeError, KeyError) as err:
+        print(f"error: {err.args[0]}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,154 @@
+"""A run's export: the checked export folder, its model card, plots and MTEB result files together."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from transformers import AutoConfig
+
+from hf_sentcl.common.layout import EXPORT_DIRNAME, MTEB_RESULTS_DIRNAME
+from hf_sentcl.evaluation.mteb import INSTALL_HINT, MtebScores, mteb_available
+from hf_sentcl.evaluation.plots import PLOTS_DIRNAME
+from hf_sentcl.export.card import hub_model_id, mteb_training_tasks, write_model_card
+from hf_sentcl.export.mteb_files import write_mteb_results
+from hf_sentcl.export.plan import ExportError, ExportPlan
+from hf_sentcl.export.verify import PROBE_SENTENCES, verify_export
+from hf_sentcl.export.writer import staged_export, write_export
+from hf_sentcl.modeling import POOLING_MODES, SentenceEncoder, SentenceEncoderConfig
+from hf_sentcl.modeling.backbone import resolve_model_name
+
+logger = logging.getLogger("hf_sentcl")
+
+
+
+
+# ------------------------------------------------------------------------------------------------ card and MTEB
+def copy_plots(run_dir: str | Path, export_dir: str | Path) -> list[Path]:
+    """Copy a run's figures (`run_dir/plots/*.png`) to `export_dir/plots/`, where the model card's relative image
+    links point, so they show on the Hub too. Returns the copies."""
+    pngs = sorted((Path(run_dir) / PLOTS_DIRNAME).glob("*.png"))
+    if pngs:
+        (Path(export_dir) / PLOTS_DIRNAME).mkdir(parents=True, exist_ok=True)
+    return [Path(shutil.copy2(png, Path(export_dir) / PLOTS_DIRNAME / png.name)) for png in pngs]
+
+
+def export_name(out_dir: str | Path, repo_id: str | None) -> str:
+    """The model's name: `repo_id`, else `hf_sentcl/<folder>` (a run's output_dir for `output_dir/export`)."""
+    out_dir = Path(out_dir).resolve()
+    return repo_id or f"hf_sentcl/{out_dir.parent.name if out_dir.name == EXPORT_DIRNAME else out_dir.name}"
+
+
+def export_mteb_results(
+    root: str | Path, results: dict[str, Any], export_dir: str | Path, plan: ExportPlan, repo_id: str | None
+) -> Path | None:
+    """Write the results' MTEB-protocol scores as MTEB result files under `root`; None when there are none."""
+    scores = MtebScores.from_results(results)
+    if scores is None:
+        return None
+    return write_mteb_results(
+        root, scores, name=export_name(export_dir, repo_id), export_dir=export_dir, max_tokens=plan.max_seq_length,
+        embed_dim=plan.hidden_size, adapted_from=hub_model_id(results.get("model_name_or_path")),
+        training_tasks=mteb_training_tasks(results),
+    )
+
+
+def export_with_card(
+    encoder: SentenceEncoder,
+    out_dir: str | Path,
+    results: dict[str, Any],
+    *,
+    repo_id: str | None = None,
+    plots_from: str | Path | None = None,
+    overwrite: bool = False,
+    verify: bool = True,
+    probes: Sequence[str] = PROBE_SENTENCES,
+    tolerance: float = 1e-4,
+) -> tuple[ExportPlan, dict[str, float] | None]:
+    """Export `encoder` to `out_dir` with its model card (and `plots_from/plots/*.png`), all built and checked
+    beside `out_dir` before it is moved in. Returns the plan and the loaders' differences (None unverified)."""
+    out_dir = Path(out_dir)
+    with staged_export(out_dir, overwrite) as stage:
+        plan = write_export(encoder, stage)
+        differences = verify_export(encoder, stage, plan, probes, tolerance) if verify else None
+        if plots_from is not None:
+            copy_plots(plots_from, stage)
+        write_model_card(stage, plan, results, repo_id=repo_id, local_id=str(out_dir.resolve()))
+    return plan, differences
+
+
+def export_run(
+    encoder: SentenceEncoder,
+    results: dict[str, Any],
+    output_dir: str | Path,
+    repo_id: str | None = None,
+) -> tuple[Path, ExportPlan]:
+    """Export a run's final encoder to `output_dir/export` with its model card (from `results`) and plots, and its
+    MTEB-protocol STS scores as MTEB result files under `output_dir/mteb_results` (when mteb is installed).
+    Returns (folder, plan)."""
+    export_dir = Path(output_dir) / EXPORT_DIRNAME
+    plan, _ = export_with_card(encoder, export_dir, results, repo_id=repo_id, plots_from=output_dir, overwrite=True)
+    if results.get("mteb_sts"):
+        if mteb_available():
+            export_mteb_results(Path(output_dir) / MTEB_RESULTS_DIRNAME, results, export_dir, plan, repo_id)
+        else:
+            logger.info("MTEB result files were not written: mteb is not installed (%s).", INSTALL_HINT)
+    return export_dir, plan
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+def find_results(checkpoint: Path) -> Path | None:
+    """The run's results.json beside a checkpoint (the run's output_dir or the parent of a checkpoint-N folder)."""
+    for folder in (checkpoint, checkpoint.parent):
+        if (folder / "results.json").is_file():
+            return folder / "results.json"
+    return None
+
+
+def load_checkpoint(name: str, pooling: str | None = None, pooling_layer: int | None = None) -> SentenceEncoder:
+    """Load a saved `SentenceEncoder`, or wrap a plain backbone with `pooling`; a clear error for anything else."""
+    path = resolve_model_name(name)
+    if Path(path).exists() and not (Path(path) / "config.json").is_file():
+        raise ExportError(f"'{name}' holds no config.json; pass a run's output_dir, a checkpoint-N or a model folder.")
+    model_type = getattr(AutoConfig.from_pretrained(path), "model_type", None)
+    overrides = {k: v for k, v in (("pooling", pooling), ("pooling_layer", pooling_layer)) if v is not None}
+    if model_type != SentenceEncoderConfig.model_type and pooling is None:
+        raise ExportError(
+            f"'{name}' is a plain '{model_type}' model, not a saved SentenceEncoder: say how it pools with --pooling "
+            f"({', '.join(POOLING_MODES)})."
+        )
+    if pooling is not None:
+        overrides["inference_pooling"] = None  # the pooling asked for is the one exported
+    return SentenceEncoder.load(name, **overrides).eval()
+
+
+def _same_model(a: str, b: str) -> bool:
+    a, b = resolve_model_name(a), resolve_model_name(b)
+    if Path(a).exists() and Path(b).exists():
+        return Path(a).resolve() == Path(b).resolve()
+    return a == b
+
+
+def check_results_match(
+    results: dict[str, Any], name: str, path: Path, encoder: SentenceEncoder | None = None
+) -> None:
+    """ExportError when `hf-sentcl evaluate` results were measured on another model than `name` or (once it is
+    loaded) with another pooling than `encoder`'s."""
+    if results.get("source") != "evaluate":
+        return
+    if not _same_model(results["model_name_or_path"], name):
+        raise ExportError(
+            f"Results file '{path}' was measured on '{results['model_name_or_path']}', not on '{name}'; evaluate "
+            "this encoder and pass that file with --results."
+        )
+    if encoder is None:
+        return
+    pooling = encoder.config.active_pooling(training=False)
+    if results.get("pooling") not in (None, pooling):
+        raise ExportError(
+            f"Results file '{path}' was measured with pooling '{results['pooling']}' but the export pools with "
+            f"'{pooling}'; pass --pooling {results['pooling']} or evaluate with --pooling {pooling}."
+        )

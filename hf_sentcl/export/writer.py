@@ -1,0 +1,145 @@
+"""Writing an export folder: the backbone's files, the sentence-transformers modules, staged then moved."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedModel
+
+from hf_sentcl.export.plan import ExportError, ExportPlan, plan_export
+from hf_sentcl.export.verify import PROBE_SENTENCES, check_weights, verify_export
+from hf_sentcl.modeling import SentenceEncoder
+
+logger = logging.getLogger("hf_sentcl")
+
+
+
+
+__all__ = ["ExportError", "ExportPlan", "export_encoder", "export_run", "plan_export", "verify_export"]
+
+
+# ------------------------------------------------------------------------------------------------ writing
+def export_backbone(encoder: SentenceEncoder, plan: ExportPlan) -> PreTrainedModel:
+    """A standalone copy of the backbone as exported: LoRA merged, layers truncated, head folded into the pooler."""
+    backbone = encoder.backbone
+    if hasattr(backbone, "merge_and_unload"):  # a peft-wrapped backbone
+        backbone = copy.deepcopy(backbone).merge_and_unload()
+    config = copy.deepcopy(backbone.config)
+    config.num_hidden_layers = plan.kept_layers
+    if plan.layer_weights is not None:
+        config.output_hidden_states = True  # sentence-transformers' WeightedLayerPooling reads every layer
+    dtype = next(backbone.parameters()).dtype
+    exported = type(backbone)(config).to(dtype)
+    missing, _unused = exported.load_state_dict(backbone.state_dict(), strict=False)
+    if missing:
+        raise ExportError(f"Export of {type(backbone).__name__} lost weights {missing[:5]}; it cannot be truncated.")
+    if plan.head == "pooler":
+        with torch.no_grad():
+            exported.pooler.dense.weight.copy_(encoder.head.dense.weight)
+            exported.pooler.dense.bias.copy_(encoder.head.dense.bias)
+    return exported.eval()
+
+
+def sentence_transformer_modules(encoder: SentenceEncoder, plan: ExportPlan, backbone_dir: Path) -> list:
+    """The sentence-transformers modules of the plan, the Transformer loaded from `backbone_dir` (the exported
+    backbone and tokenizer), in `plan.module_dirs` order."""
+    from sentence_transformers.sentence_transformer.modules import Dense, Pooling, Transformer, WeightedLayerPooling
+
+    modules = [Transformer(str(backbone_dir), max_seq_length=plan.max_seq_length)]
+    if plan.layer_weights is not None:
+        weights = torch.nn.Parameter(torch.tensor(plan.layer_weights, dtype=torch.float32))
+        modules.append(WeightedLayerPooling(plan.hidden_size, plan.kept_layers, layer_start=0, layer_weights=weights))
+    modules.append(Pooling(plan.hidden_size, pooling_mode=plan.token_pooling))
+    if plan.uses_head:
+        weight, bias = (p.detach().float().cpu().clone() for p in (encoder.head.dense.weight, encoder.head.dense.bias))
+        modules.append(Dense(plan.hidden_size, plan.hidden_size, activation_function=torch.nn.Tanh(),
+                             init_weight=weight, init_bias=bias))
+    return modules
+
+
+def write_export(encoder: SentenceEncoder, folder: str | Path) -> ExportPlan:
+    """Write `encoder` into the empty or missing `folder` with sentence-transformers' own `save`; return the plan."""
+    from sentence_transformers import SentenceTransformer
+
+    if encoder.tokenizer is None:
+        raise ExportError("The encoder has no tokenizer attached; call attach_tokenizer(tokenizer) before exporting.")
+    plan = plan_export(encoder)
+    check_weights(encoder)
+    folder = Path(folder)
+    with tempfile.TemporaryDirectory(dir=folder.parent, prefix=f".{folder.name}.backbone-") as backbone_dir:
+        export_backbone(encoder, plan).save_pretrained(backbone_dir)
+        encoder.tokenizer.save_pretrained(backbone_dir)
+        model = SentenceTransformer(
+            modules=sentence_transformer_modules(encoder, plan, Path(backbone_dir)), device="cpu",
+            similarity_fn_name="cosine",
+        )
+        model.save(str(folder), create_model_card=False)
+    logger.info("Exported the encoder to %s (%s)", folder, plan.describe())
+    return plan
+
+
+def check_export_target(out_dir: str | Path, overwrite: bool) -> Path:
+    """Check that `out_dir` may receive an export (missing, empty, or an earlier export with `overwrite`)."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ExportError(f"Export path '{out_dir}' exists and is not a directory.")
+    if out_dir.is_dir() and any(out_dir.iterdir()):
+        if not overwrite:
+            raise ExportError(f"Export folder '{out_dir}' is not empty; pass --overwrite to replace an earlier export.")
+        if not (out_dir / "modules.json").is_file():
+            raise ExportError(
+                f"Refusing to overwrite '{out_dir}': it is not empty and holds no earlier export (no modules.json)."
+            )
+    return out_dir
+
+
+@contextlib.contextmanager
+def staged_export(out_dir: str | Path, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a temporary folder beside `out_dir` to build an export in; on success it replaces `out_dir`.
+
+    An earlier export in `out_dir` (only with `overwrite`) is removed only after the new one is complete, so an
+    error inside the block leaves it untouched, and no partial folder is ever left at `out_dir`.
+    """
+    out_dir = check_export_target(out_dir, overwrite)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.partial-"))
+    try:
+        yield stage
+        old = None
+        if out_dir.exists():
+            old = stage.with_name(stage.name.replace(".partial-", ".old-"))
+            out_dir.rename(old)
+        stage.rename(out_dir)
+        if old is not None:
+            shutil.rmtree(old)
+    finally:
+        if stage.exists():
+            shutil.rmtree(stage)
+
+
+def export_encoder(
+    encoder: SentenceEncoder,
+    out_dir: str | Path,
+    *,
+    overwrite: bool = False,
+    verify: bool = True,
+    probes: Sequence[str] = PROBE_SENTENCES,
+    tolerance: float = 1e-4,
+) -> ExportPlan:
+    """Write `encoder` to `out_dir` (built beside it, checked, then moved in); return the plan.
+
+    With `verify`, the built folder is reloaded with `AutoModel` and `SentenceTransformer` and checked against
+    `encoder.encode` on the probe sentences, so a mismatch fails here and not in users' hands.
+    """
+    with staged_export(out_dir, overwrite) as stage:
+        plan = write_export(encoder, stage)
+        if verify:
+            verify_export(encoder, stage, plan, probes, tolerance)
+    return plan

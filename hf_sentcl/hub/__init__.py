@@ -1,0 +1,1 @@
+"""The Hugging Face Hub: data downloaded from it and exports uploaded to it."""

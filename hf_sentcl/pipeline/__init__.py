@@ -1,0 +1,1 @@
+"""The pipeline of a run: build the encoder and data, evaluate, train, save, export; and sweeps of runs."""

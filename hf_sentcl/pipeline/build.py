@@ -1,0 +1,61 @@
+"""What a run builds from its recipe: the encoder and the tokenised training data with its collator."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from datasets import Dataset
+from transformers import AutoConfig
+
+from hf_sentcl.data import ViewCollator, add_length_column, load_training_dataset, tokenize_views
+from hf_sentcl.methods import get_method
+from hf_sentcl.modeling import SentenceEncoder
+from hf_sentcl.modeling.backbone import resolve_model_name
+from hf_sentcl.recipe.parser import Recipe
+
+#: transformers' samplers that batch examples by length (they need a length column)
+LENGTH_SAMPLERS = ("group_by_length", "batch_rebalance")
+
+
+def dropout_overrides(name_or_path: str, probability: float) -> dict[str, float]:
+    """`from_pretrained` keyword arguments that set every dropout probability of the backbone's config."""
+    config = AutoConfig.from_pretrained(resolve_model_name(name_or_path))
+    return {key: probability for key, value in config.to_dict().items() if "dropout" in key and isinstance(value, float)}
+
+
+def build_encoder(recipe: Recipe) -> SentenceEncoder:
+    args = recipe.model
+    load_kwargs = {"attn_implementation": args.attn_implementation} if args.attn_implementation else {}
+    if args.dropout is not None:
+        load_kwargs.update(dropout_overrides(args.model_name_or_path, args.dropout))
+    return SentenceEncoder.from_backbone(
+        args.model_name_or_path,
+        pooling=args.pooling,
+        pooling_layer=args.pooling_layer,
+        head=args.head,
+        head_at_inference=args.head_at_inference,
+        inference_pooling=args.inference_pooling,
+        tokenizer_name=args.tokenizer_name,
+        peft=args.peft,
+        **load_kwargs,
+    )
+
+
+def build_train_dataset(recipe: Recipe, tokenizer) -> tuple[Dataset, int, Callable]:
+    """Load and tokenise the training data; returns the dataset, its number of text views and the collator."""
+    spec = get_method(recipe.method)
+    custom = spec.train_data(recipe)
+    if custom is not None:
+        dataset, num_views, collator = custom.build(tokenizer)
+    else:
+        raw = load_training_dataset(recipe.data, spec.text_columns)
+        columns = spec.text_columns + tuple(c for c in spec.optional_text_columns if c in raw.column_names)
+        raw = raw.select_columns(list(columns))
+        dataset = tokenize_views(
+            raw, tokenizer, columns, recipe.data.max_seq_length, recipe.data.preprocessing_num_workers
+        )
+        num_views = len(columns)
+        collator = ViewCollator(tokenizer, num_views=num_views, pad_to_multiple_of=recipe.data.pad_to_multiple_of)
+    if recipe.training.train_sampling_strategy in LENGTH_SAMPLERS:
+        dataset = add_length_column(dataset, num_views, recipe.training.length_column_name)
+    return dataset, num_views, collator

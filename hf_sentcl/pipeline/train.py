@@ -1,0 +1,240 @@
+"""One run of a checked recipe: build, evaluate before, train, save, evaluate after, report and export."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from accelerate import PartialState
+from datasets import Dataset
+from transformers import set_seed
+from transformers.integrations import is_deepspeed_zero3_enabled
+
+from hf_sentcl.common.layout import ADAPTER_DIRNAME
+from hf_sentcl.common.logs import quiet_library_bars, watched
+from hf_sentcl.evaluation.mteb import mteb_sts_scores
+from hf_sentcl.evaluation.plots import write_run_plots
+from hf_sentcl.evaluation.report import RUN_LABELS, embedding_note, write_results
+from hf_sentcl.evaluation.sts import STSEvaluator
+from hf_sentcl.evaluation.suites import EvaluationSuites, SuiteResults, markdown_report, run_results, suite_settings
+from hf_sentcl.export.publish import publish_run
+from hf_sentcl.hub.download import resolve_data_dir
+from hf_sentcl.methods import get_method
+from hf_sentcl.modeling import SentenceEncoder
+from hf_sentcl.modeling.health import check_final_model
+from hf_sentcl.modeling.peft import merge_adapters, parameter_counts, save_adapter
+from hf_sentcl.pipeline.build import build_encoder, build_train_dataset
+from hf_sentcl.recipe.checks import checked
+from hf_sentcl.recipe.metadata import run_metadata
+from hf_sentcl.recipe.parser import Recipe
+
+logger = logging.getLogger("hf_sentcl")
+
+
+def evaluate_suites(encoder: SentenceEncoder, suites: EvaluationSuites, recipe: Recipe) -> SuiteResults:
+    return suites(encoder, batch_size=recipe.training.per_device_eval_batch_size, bf16=recipe.data.eval_bf16)
+
+
+def run(recipe: Recipe, *, already_checked: bool = False) -> dict[str, Any]:
+    """Train and evaluate as the recipe says, every stage of a chained method in turn; returns the (last stage's)
+    results dict that is also written to disk. The recipe is checked first unless `already_checked` (by `checked`)."""
+    if not already_checked:
+        recipe = checked(recipe)
+    quiet_progress_bars(recipe)
+    stages = get_method(recipe.method).stages(recipe)
+    for stage in stages[:-1]:
+        run_stage(stage)
+        PartialState().wait_for_everyone()  # the next stage loads this stage's export, written by process 0
+    return run_stage(stages[-1])
+
+
+def quiet_progress_bars(recipe: Recipe) -> None:
+    """Without a terminal on stderr (a log file, CI output): no progress bars, and Trainer's logs as printed lines.
+
+    Bars redrawn into a file leave carriage returns and cursor-up (`[A`) fragments; `disable_tqdm` set in the recipe
+    is kept.
+    """
+    if watched():
+        return
+    if "disable_tqdm" not in recipe.explicit_keys:
+        recipe.training.disable_tqdm = True
+    quiet_library_bars()
+
+
+@dataclass
+class Stage:
+    """What one run builds from its recipe, handed from step to step."""
+
+    recipe: Recipe
+    encoder: SentenceEncoder
+    trainer: Any  # the method's ContrastiveTrainer
+    suites: EvaluationSuites
+    dev_evaluator: STSEvaluator
+    data_dir: Path
+    num_examples: int
+    num_views: int
+
+    @property
+    def args(self):
+        return self.recipe.training
+
+    @property
+    def sharded(self) -> bool:
+        """Whether no process holds the whole model (FSDP, ZeRO-3): its weights are whole only once saved."""
+        return self.trainer.is_fsdp_enabled or is_deepspeed_zero3_enabled()
+
+
+def run_stage(recipe: Recipe) -> dict[str, Any]:
+    """One training run of an already checked recipe (or stage); returns its results dict (written to disk)."""
+    set_seed(recipe.training.seed)
+    stage = build_stage(recipe)
+    parameters = parameter_counts(stage.trainer.model)
+    scores = evaluate_before(stage)
+    train_output = stage.trainer.train(resume_from_checkpoint=stage.args.resume_from_checkpoint)
+    save_trained(stage)
+    results = training_results(stage, train_output, parameters)
+    if stage.trainer.is_world_process_zero():
+        encoder = final_encoder(stage)
+        scores.update(evaluate_after(stage, encoder))
+        results.update(score_results(stage, encoder, scores))
+        report(stage, encoder, scores, results)
+        results["export"] = publish_run(encoder, results, stage.args)
+    return results
+
+
+def build_stage(recipe: Recipe) -> Stage:
+    """The encoder, its training data, the evaluators and the method's trainer."""
+    args = recipe.training
+    data_dir = resolve_data_dir(recipe.data.sts_data_dir)
+    encoder = build_encoder(recipe)
+    with args.main_process_first(desc="tokenising training data"):
+        train_dataset, num_views, collator = build_train_dataset(recipe, encoder.tokenizer)
+    logger.info("Training on %d examples with %d text view(s) each.", len(train_dataset), num_views)
+    dev_evaluator = STSEvaluator(data_dir, tasks=("STSBenchmark",), split="dev")
+    whitening, glue = suite_settings(recipe.data)
+    suites = EvaluationSuites(
+        data_dir, recipe.data.eval_tasks, sts_mode=recipe.data.sts_mode, whitening=whitening, glue=glue
+    )
+    trainer = get_method(recipe.method).trainer_class(
+        model=encoder,
+        # The Trainer's own push would upload output_dir with its checkpoints; publish_run pushes the export only.
+        args=dataclasses.replace(args, push_to_hub=False) if args.push_to_hub else args,
+        train_dataset=train_dataset,
+        eval_dataset=dev_dataset(dev_evaluator),
+        data_collator=collator,
+        processing_class=encoder.tokenizer,
+        dev_evaluator=dev_evaluator,
+    )
+    return Stage(recipe, encoder, trainer, suites, dev_evaluator, data_dir, len(train_dataset), num_views)
+
+
+def dev_dataset(dev_evaluator: STSEvaluator) -> Dataset:
+    """STS-B dev as the trainer's eval_dataset (its evaluation loop scores it with `dev_evaluator`)."""
+    pairs = dev_evaluator.data["STSBenchmark"]["dev"]
+    return Dataset.from_dict({"sentence1": pairs.sentences1, "sentence2": pairs.sentences2, "score": pairs.scores})
+
+
+def evaluate_before(stage: Stage) -> dict[str, SuiteResults]:
+    """The untouched encoder's scores, printed (process 0; `{}` when the recipe asks for none). Called after the
+    trainer is built, so "before" scores the encoder that trains (CLEAR's from_scratch replaces it)."""
+    recipe = stage.recipe
+    if not (stage.suites.suites and recipe.data.eval_before_training and PartialState().is_main_process):
+        return {}
+    before = evaluate_suites(stage.encoder, stage.suites, recipe)
+    table = markdown_report({RUN_LABELS["before"]: before}, recipe.data.sts_mode)
+    print(f"{table}\n{embedding_note(stage.encoder)}", flush=True)
+    return {"before": before}
+
+
+def save_trained(stage: Stage) -> None:
+    """Save the LoRA adapter when asked, merge adapters, refuse a poisoned model, then save the encoder."""
+    args, trainer = stage.args, stage.trainer
+    trained = trainer.accelerator.unwrap_model(trainer.model)
+    if args.export_adapter and trainer.is_world_process_zero():
+        print(f"LoRA adapter saved to {save_adapter(trained, Path(args.output_dir) / ADAPTER_DIRNAME)}", flush=True)
+    merge_adapters(trained)  # the saved encoder and its export are plain models (no-op without peft)
+    if not stage.sharded:  # every process holds the whole model: refuse a poisoned one before it is saved
+        _check_trained(trained, stage.dev_evaluator, args)
+    trainer.save_model(args.output_dir)
+
+
+def training_results(stage: Stage, train_output, parameters: dict[str, Any]) -> dict[str, Any]:
+    """The results dict's description of the run and its training (every process computes it)."""
+    recipe, trainer = stage.recipe, stage.trainer
+    return {
+        "method": recipe.method,
+        "model_name_or_path": recipe.model.model_name_or_path,
+        "recipe": recipe.source,
+        "sts_mode": recipe.data.sts_mode,
+        "train": {
+            **train_output.metrics,
+            "global_step": trainer.state.global_step,
+            "best_step": _best_step(trainer),
+            "best_dev_stsb_spearman": trainer.state.best_metric,
+            **trainer.training_cost(),
+            **parameters,
+            # every logged training loss and gradient norm, unrounded (e.g. to compare runs on 1 and N processes)
+            "loss_curve": [
+                {key: e[key] for key in ("step", "loss", "grad_norm") if key in e}
+                for e in trainer.state.log_history if "loss" in e
+            ],
+            # every STS-B dev evaluation: step, eval_stsb_spearman, eval_alignment, eval_uniformity, ...
+            "dev_curve": [entry for entry in trainer.state.log_history if "eval_stsb_spearman" in entry],
+        },
+    }
+
+
+def final_encoder(stage: Stage) -> SentenceEncoder:
+    """The trained encoder as evaluated and exported: without accelerate's mixed-precision forward wrapper (so
+    evaluation precision follows eval_bf16), reloaded whole from output_dir when training sharded it."""
+    trainer = stage.trainer
+    if not stage.sharded:
+        return trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
+    encoder = SentenceEncoder.from_pretrained(stage.args.output_dir)
+    _check_trained(encoder, stage.dev_evaluator, stage.args)
+    return encoder
+
+
+def evaluate_after(stage: Stage, encoder: SentenceEncoder) -> dict[str, SuiteResults]:
+    return {"after": evaluate_suites(encoder, stage.suites, stage.recipe)} if stage.suites.suites else {}
+
+
+def score_results(stage: Stage, encoder: SentenceEncoder, scores: dict[str, SuiteResults]) -> dict[str, Any]:
+    """The results dict's scores: the suites before/after, and MTEB's STS protocol for the card's model-index."""
+    recipe = stage.recipe
+    results = run_results(scores)
+    if "after" in results["sts"]:  # MTEB's protocol (SICK-R on all pairs)
+        results.update(mteb_sts_scores(
+            encoder, stage.data_dir, recipe.training.per_device_eval_batch_size, recipe.data.eval_bf16,
+            reuse=results["sts"]["after"] if recipe.data.sts_mode == "all" else None,
+        ).to_results())
+    return results
+
+
+def report(stage: Stage, encoder: SentenceEncoder, scores: dict[str, SuiteResults], results: dict[str, Any]) -> None:
+    """Add the run's metadata and plots to `results`, write results.json/.md and print the table."""
+    recipe, args = stage.recipe, stage.args
+    results.update(run_metadata(recipe, encoder, stage.num_examples, stage.num_views))
+    results["plots"] = write_run_plots(
+        args.output_dir, stage.trainer.state.log_history,
+        {RUN_LABELS[k]: r.stsb_predictions for k, r in scores.items() if r.stsb_predictions},
+    )
+    table = markdown_report({RUN_LABELS[k]: r for k, r in scores.items()}, recipe.data.sts_mode)
+    table += "\n" + embedding_note(encoder)
+    json_path, md_path = write_results(args.output_dir, results, table)
+    print("\n" + table, flush=True)
+    print(f"\nResults: {json_path} and {md_path}; encoder saved to {args.output_dir}", flush=True)
+
+
+def _check_trained(encoder: SentenceEncoder, dev_evaluator: STSEvaluator, args) -> None:
+    """TrainingFailure if the trained encoder's weights or STS-B dev embeddings are non-finite or collapsed."""
+    embeddings = dev_evaluator.embed(encoder, batch_size=args.per_device_eval_batch_size, bf16=args.bf16 or args.fp16)
+    check_final_model(encoder, embeddings)
+
+
+def _best_step(trainer) -> int | None:
+    checkpoint = trainer.state.best_model_checkpoint
+    return int(checkpoint.rsplit("-", 1)[-1]) if checkpoint else None

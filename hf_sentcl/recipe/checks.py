@@ -1,0 +1,117 @@
+"""Checks of a parsed recipe that need no model, so bad input fails in seconds with the key at fault named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hf_sentcl.data.checks import count_train_examples
+from hf_sentcl.data.corpus import check_train_file, text_sources
+from hf_sentcl.evaluation.suites import check_suites, suite_settings
+from hf_sentcl.evaluation.transfer import check_transfer_files
+from hf_sentcl.hub.download import resolve_data_dir
+from hf_sentcl.hub.upload import HubError, check_hub_settings
+from hf_sentcl.methods import get_method
+from hf_sentcl.modeling.backbone import BackboneError, backbone_config, max_sequence_length
+from hf_sentcl.recipe.parser import Recipe, RecipeError
+from hf_sentcl.recipe.run_folder import check_run_folder
+
+
+def validate_recipe(recipe: Recipe) -> None:
+    """Check everything that can be checked without loading a model, so bad input fails in seconds."""
+    # TrainingArguments would quietly fall back to ./trainer_output; a run's results belong somewhere named.
+    if "output_dir" not in recipe.explicit_keys or not recipe.training.output_dir:
+        raise RecipeError(f"{recipe.source}: key 'output_dir' is missing (where results and the encoder go).")
+    negatives_batch = recipe.training.per_device_train_batch_size * max(recipe.training.world_size, 1)
+    if negatives_batch < 2:
+        raise RecipeError(
+            f"{recipe.source}: key 'per_device_train_batch_size' is {recipe.training.per_device_train_batch_size} "
+            f"on {recipe.training.world_size} process(es); in-batch negatives need a global batch of at least 2."
+        )
+    check_backbone(recipe)
+    if recipe.training.global_train_batch_size is not None and "per_device_train_batch_size" in recipe.explicit_keys:
+        raise RecipeError(
+            f"{recipe.source}: keys 'global_train_batch_size' and 'per_device_train_batch_size' are both set; keep "
+            "one (global_train_batch_size derives the per-device batch from the number of processes)."
+        )
+    if recipe.training.export_adapter and not recipe.model.peft:
+        raise RecipeError(f"{recipe.source}: key 'export_adapter' needs a 'peft' section (LoRA settings) to train one.")
+    spec = get_method(recipe.method)
+    try:
+        spec.trainer_class.check_cached_step(recipe.training)
+        spec.trainer_class.check_length_buckets(recipe.training)
+    except ValueError as err:
+        raise RecipeError(f"{recipe.source}: {err}") from None
+    try:  # a method's own training data (e.g. NLI pairs) checks itself, stage by stage
+        stage_data = [spec.train_data(stage) for stage in spec.stages(recipe)]
+        for data in stage_data:
+            if data is not None:
+                data.check()
+    except ValueError as err:
+        raise RecipeError(f"{recipe.source}: {err}") from None
+    sources = text_sources(recipe.data)
+    if None in stage_data and len(sources) != 1:
+        raise RecipeError(
+            f"{recipe.source}: set exactly one of 'train_file', 'dataset_name', 'unlabeled_sts' "
+            f"(the training text); got {sources or 'none'}."
+        )
+    try:
+        check_suites(recipe.data.eval_tasks)
+    except ValueError as err:
+        raise RecipeError(f"{recipe.source}: key 'eval_tasks': {err}") from None
+    try:
+        suite_settings(recipe.data)
+    except ValueError as err:
+        raise RecipeError(f"{recipe.source}: {err}") from None
+    data_dir = resolve_data_dir(recipe.data.sts_data_dir)
+    if "transfer" in recipe.data.eval_tasks:
+        check_transfer_files(data_dir)
+    try:
+        check_hub_settings(recipe.training)
+    except HubError as err:
+        raise RecipeError(f"{recipe.source}: {err}") from None
+    check_train_text(recipe, negatives_batch)  # last: it reads the whole file
+
+
+def check_backbone(recipe: Recipe) -> None:
+    """The backbone exists (local folder with config.json and weights, or a Hub id), read from its config.json
+    only; max_seq_length fits its position embeddings; a tokenizer_name that is a path exists."""
+    try:
+        config = backbone_config(recipe.model.model_name_or_path)
+    except BackboneError as err:
+        raise RecipeError(f"{recipe.source}: {err}") from None
+    limit = max_sequence_length(config)
+    if limit is not None and recipe.data.max_seq_length > limit:
+        raise RecipeError(
+            f"{recipe.source}: key 'max_seq_length' is {recipe.data.max_seq_length}, but "
+            f"'{recipe.model.model_name_or_path}' has position embeddings for {limit} tokens; use {limit} or fewer."
+        )
+    tokenizer = recipe.model.tokenizer_name
+    if tokenizer and tokenizer.startswith((".", "/", "~")) and not Path(tokenizer).expanduser().is_dir():
+        raise RecipeError(f"{recipe.source}: key 'tokenizer_name': no folder '{Path(tokenizer).expanduser()}'.")
+
+
+def check_train_text(recipe: Recipe, global_batch: int) -> None:
+    """A local train_file exists, is UTF-8 with usable examples, and fills at least one global batch (a smaller
+    one trains on fewer in-batch negatives than the recipe says, and one example on none at all: loss 0)."""
+    try:
+        path = check_train_file(recipe.data.train_file)
+    except ValueError as err:
+        raise RecipeError(f"{recipe.source}: {err}") from None
+    if path is None:
+        return
+    examples = count_train_examples(path)
+    kept = min(examples, recipe.data.max_train_samples or examples)
+    if kept < global_batch:
+        limit = f", max_train_samples keeps {kept}" if kept < examples else ""
+        raise RecipeError(
+            f"{recipe.source}: train_file '{path}' has {examples} usable example(s){limit}: fewer than one global "
+            f"batch of {global_batch} (per_device_train_batch_size {recipe.training.per_device_train_batch_size} x "
+            f"{max(recipe.training.world_size, 1)} process(es)). Add training text or lower the batch size."
+        )
+
+
+def checked(recipe: Recipe) -> Recipe:
+    """The recipe after every check that needs no model (RecipeError otherwise), with resume_from_checkpoint
+    resolved to a checkpoint folder."""
+    validate_recipe(recipe)
+    return check_run_folder(recipe)  # after the recipe's own checks: it creates output_dir to probe it

@@ -1,0 +1,153 @@
+"""The package's shape, checked from its source with `ast` (imports inside functions count): no import cycle, no
+import from a lower layer to a higher one, no function over 60 lines, and few top-level modules.
+docs/architecture.md describes the layers."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "hf_sentcl"
+
+#: lowest first; a module may import its own layer and the ones before it
+LAYERS = (
+    ("common",),
+    ("hub",),
+    ("methods",),
+    ("losses", "augment"),
+    ("modeling",),
+    ("evaluation",),
+    ("configs",),
+    ("data",),
+    ("trainers",),
+    ("recipe",),
+    ("export",),
+    ("pipeline",),
+    ("cli",),
+    ("run", "__main__", "__init__"),
+)
+MAX_FUNCTION_LINES = 60
+TOP_LEVEL_MODULES = {"__init__.py", "__main__.py", "methods.py", "run.py"}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def imported_modules(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The package's modules that `name` imports anywhere in its file (`from pkg import submodule` included)."""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package[: len(package) - node.level + 1] + [node.module or ""]) if node.level else node.module
+            targets = [f"{base}.{alias.name}" for alias in node.names] + [base]
+        else:
+            continue
+        for target in targets:
+            while target and target not in known and "." in target:
+                target = target.rsplit(".", 1)[0]
+            if target in known and target != name:
+                found.add(target)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: imported_modules(name, path, known) for name, path in known.items()}
+
+
+def layer_of(module: str) -> int:
+    part = module.split(".")[1] if "." in module else "__init__"
+    for index, names in enumerate(LAYERS):
+        if part in names:
+            return index
+    raise AssertionError(f"{module} is in no layer of tests/test_architecture.py's LAYERS (docs/architecture.md)")
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_cycle_detection_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycle():
+    assert cycles(import_graph()) == []
+
+
+def test_imports_point_down_the_layers():
+    upward = [
+        f"{module} (layer {layer_of(module)}) imports {target} (layer {layer_of(target)})"
+        for module, targets in import_graph().items()
+        for target in targets
+        if layer_of(target) > layer_of(module) and not (module == "hf_sentcl" and target.startswith("hf_sentcl."))
+    ]
+    assert upward == []
+
+
+def long_functions() -> list[str]:
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name} ({lines} lines)")
+    return found
+
+
+def test_no_function_over_60_lines():
+    assert long_functions() == []
+
+
+def test_top_level_modules():
+    assert {p.name for p in PACKAGE.glob("*.py")} <= TOP_LEVEL_MODULES
+
+
+@pytest.mark.parametrize("command", ["train", "evaluate", "export", "push", "sweep", "glue", "analyze", "data"])
+def test_every_command_has_a_module_with_main(command):
+    import importlib
+
+    from hf_sentcl.cli import COMMANDS
+
+    assert callable(importlib.import_module(COMMANDS[command][0]).main)
