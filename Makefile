@@ -1,4 +1,4 @@
-# Two commands from a fresh clone:  `make quickstart`  and  `make test`.
+# Two commands from a fresh clone:  `make quickstart`  and  `make test`  (`make test-fast` skips the slow tests).
 # Both create .venv and install the project into it. With the local data folder ../shared/data beside the clone
 # they run offline on it; without it the quickstart downloads its data from the Hub into the Hugging Face cache
 # (docs/data.md) and the tests run offline on their own fixtures.
@@ -19,7 +19,7 @@ QUICKSTART_ARGS ?= $(if $(wildcard $(LOCAL_DATA)/wiki1m_subset.txt),--train_file
 WORDNET_DIR ?= /usr/share/wordnet
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: install quickstart test clean wordnet
+.PHONY: install quickstart test test-fast clean wordnet
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,10 @@ quickstart: install
 
 test: install
 	$(BIN)/python -m pytest -q
+
+# The tests not marked slow (no training runs, no process groups): a check in under a minute while editing.
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow"
 
 clean:
 	rm -rf $(VENV) outputs .pytest_cache
