@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hf_sentcl.common.logs import quiet_library_bars
+from hf_sentcl.common.logs import setup_logging
 from hf_sentcl.evaluation.report import write_report
 from hf_sentcl.evaluation.sts import STS_MODES, STS_TASKS
 from hf_sentcl.evaluation.suites import EVAL_SUITES, EvaluationSuites, check_suites, markdown_report
@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    quiet_library_bars()
+    setup_logging()
     suites = _names(args.tasks)
     try:
         check_suites(suites)

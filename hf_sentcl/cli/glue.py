@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from hf_sentcl.common.logs import quiet_library_bars
+from hf_sentcl.common.logs import setup_logging
 from hf_sentcl.evaluation.glue import (
     GLUE_SOURCES,
     GLUE_TASKS,
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    quiet_library_bars()
+    setup_logging()
     try:
         seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
         settings = GlueSettings(

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 from collections.abc import Sequence
 
-import datasets
-import transformers
-
+from hf_sentcl.common.logs import setup_logging
 from hf_sentcl.pipeline.seeds import USAGE, run_seeds, seed_recipes, split_argv
 from hf_sentcl.recipe.parser import RecipeError
 
@@ -18,9 +15,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    datasets.utils.logging.set_verbosity_warning()
-    transformers.utils.logging.set_verbosity_warning()
+    setup_logging()
     if any(a == "--subset-sizes" or a.startswith("--subset-sizes=") for a in argv):
         from hf_sentcl.pipeline import fewshot
 
