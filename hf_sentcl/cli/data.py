@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from huggingface_hub import constants, hf_hub_url
 
+from hf_sentcl.common.argv import split_commas
 from hf_sentcl.common.logs import setup_logging
 from hf_sentcl.hub.download import (
     DATA_ENV_VAR,
@@ -132,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging()
-    names = [n.strip() for n in args.what.split(",") if n.strip()]
+    names = split_commas(args.what)
     try:
         for name in names:
             source_file(name, args.revision)
