@@ -12,7 +12,7 @@ from hf_sentcl.configs import DataArguments
 from hf_sentcl.data.corpus import load_training_dataset, random_subset
 from hf_sentcl.evaluation.plots import plot_fewshot_curve
 from hf_sentcl.evaluation.sts import unlabeled_sts_sentences
-from hf_sentcl.pipeline.fewshot import parse_sizes, split_fewshot_argv, summarize_sweep, sweep_markdown
+from hf_sentcl.pipeline.sweep import parse_sizes, split_fewshot_argv, summarize_sweep, sweep_markdown
 from hf_sentcl.recipe.parser import RecipeError
 from hf_sentcl.cli.sweep import main
 
@@ -149,7 +149,7 @@ def test_sweep_end_to_end(tmp_path, tiny_bert_dir, senteval_dir, capsys):
     assert summary["sizes"]["16"]["Avg"]["values"][:2] == pytest.approx(avg)
     # Display and evaluation-only settings do not count (a run logged without a terminal sets disable_tqdm),
     # a training setting does.
-    from hf_sentcl.pipeline.fewshot import finished_results
+    from hf_sentcl.pipeline.sweep import finished_results
     from hf_sentcl.recipe.parser import parse_recipe
 
     def rerun(eval_before_training=False, **changes):

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from hf_sentcl import SentenceEncoder
-from hf_sentcl.evaluation.glue import GLUE_TASKS, MRPC_DEV_SIZE, GlueEvaluator, GlueSettings, accuracy_and_f1, check_tasks, load_senteval_glue, matthews, pearson_and_spearman, seed_stats
+from hf_sentcl.evaluation.glue import GLUE_TASKS, MRPC_DEV_SIZE, GlueEvaluator, GlueSettings, accuracy_and_f1, check_tasks, load_senteval_glue, matthews, pearson_and_spearman
+from hf_sentcl.common.stats import seed_stats
 from hf_sentcl.cli.glue import main
 
 from helpers import declare_size, random_sentences

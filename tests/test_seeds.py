@@ -7,7 +7,7 @@ import pytest
 
 from hf_sentcl.recipe.parser import RecipeError
 from hf_sentcl.cli.sweep import main
-from hf_sentcl.pipeline.seeds import parse_seeds, split_argv, summarize, summary_markdown
+from hf_sentcl.pipeline.sweep import parse_seeds, split_argv, summarize, summary_markdown
 
 from helpers import random_sentences
 
@@ -97,3 +97,18 @@ def test_bad_override_fails_before_training(tmp_path, tiny_bert_dir, senteval_di
     assert main([str(recipe), "--seeds", "1,2", "--perturbation", "x+", "--margin", "0.1"]) == 2
     assert "key 'perturbation'" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_rerun_reuses_finished_seed_runs(tmp_path, tiny_bert_dir, senteval_dir):
+    """A rerun with one more seed reads the finished seed's results.json back instead of training it again (without
+    the reuse its output_dir would be refused as holding a run), and seeds.json holds both seeds."""
+    recipe = write_recipe(tmp_path, tiny_bert_dir, senteval_dir)
+    fast = ["--max_steps", "2", "--eval_strategy", "no", "--save_strategy", "no", "--load_best_model_at_end", "false"]
+    assert main([str(recipe), "--seeds", "3", *fast]) == 0
+    out = tmp_path / "out"
+    first = out / "seed-3" / "results.json"
+    stamp, avg = first.stat().st_mtime_ns, json.loads(first.read_text())["sts"]["after"]["Avg"]
+    assert main([str(recipe), "--seeds", "3,4", *fast]) == 0
+    assert first.stat().st_mtime_ns == stamp and (out / "seed-4" / "results.json").is_file()
+    summary = json.loads((out / "seeds.json").read_text())
+    assert summary["seeds"] == [3, 4] and summary["after"]["Avg"]["values"][0] == pytest.approx(avg)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from hf_sentcl.common.logs import setup_logging
 from hf_sentcl.evaluation.layers import run_layer_study
 from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS
 
@@ -31,4 +32,5 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    setup_logging()
     return {"layers": run_layer_study}[args.command](args)

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 
 from huggingface_hub import constants, hf_hub_url
 
+from hf_sentcl.common.argv import split_commas
+from hf_sentcl.common.logs import setup_logging
 from hf_sentcl.hub.download import (
     DATA_ENV_VAR,
     SIMCSE_FILES,
@@ -130,7 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    names = [n.strip() for n in args.what.split(",") if n.strip()]
+    setup_logging()
+    names = split_commas(args.what)
     try:
         for name in names:
             source_file(name, args.revision)

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hf_sentcl.common.logs import quiet_library_bars
+from hf_sentcl.common.argv import split_commas
+from hf_sentcl.common.logs import setup_logging
 from hf_sentcl.evaluation.report import write_report
 from hf_sentcl.evaluation.sts import STS_MODES, STS_TASKS
 from hf_sentcl.evaluation.suites import EVAL_SUITES, EvaluationSuites, check_suites, markdown_report
@@ -21,10 +22,6 @@ from hf_sentcl.recipe.run_folder import check_writable
 
 
 # ------------------------------------------------------------------------------------------------ CLI
-def _names(value: str) -> list[str]:
-    return [s.strip() for s in value.split(",") if s.strip()]
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hf-sentcl evaluate", description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help=f"Path, Hub id, or '{EMBEDDED_MODEL_ALIAS}'.")
@@ -67,8 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    quiet_library_bars()
-    suites = _names(args.tasks)
+    setup_logging()
+    suites = split_commas(args.tasks)
     try:
         check_suites(suites)
     except ValueError as err:
@@ -79,8 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_writable(Path(args.output).parent, "--output")
         whitening = [WhiteningSpec.parse(value) for value in args.whitening or ()]
         evaluation = EvaluationSuites(
-            resolve_data_dir(args.data_dir), suites, sts_tasks=_names(args.sts_tasks), sts_mode=args.sts_mode,
-            sick_split=args.sick_split, transfer_tasks=_names(args.transfer_tasks), kfold=args.kfold,
+            resolve_data_dir(args.data_dir), suites, sts_tasks=split_commas(args.sts_tasks), sts_mode=args.sts_mode,
+            sick_split=args.sick_split, transfer_tasks=split_commas(args.transfer_tasks), kfold=args.kfold,
             probe_jobs=args.probe_jobs, whitening=whitening,
         )
     except (FileNotFoundError, ValueError) as err:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from hf_sentcl.common.logs import setup_logging
 from hf_sentcl.evaluation.mteb import INSTALL_HINT, mteb_available, mteb_sts_scores
 from hf_sentcl.evaluation.sts import STSEvaluator
 from hf_sentcl.export.bundle import (
@@ -82,7 +82,7 @@ def read_probe_sentences(path: str | Path, count: int) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    setup_logging()
     checkpoint = Path(args.checkpoint)
     try:  # everything that can be checked before the model loads
         results_path = Path(args.results) if args.results else find_results(checkpoint)

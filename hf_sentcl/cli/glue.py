@@ -6,7 +6,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from hf_sentcl.common.logs import quiet_library_bars
+from hf_sentcl.common.argv import parse_ints, split_commas
+from hf_sentcl.common.logs import setup_logging
 from hf_sentcl.evaluation.glue import (
     GLUE_SOURCES,
     GLUE_TASKS,
@@ -44,11 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    quiet_library_bars()
+    setup_logging()
     try:
-        seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
         settings = GlueSettings(
-            tasks=tuple(t.strip() for t in args.tasks.split(",") if t.strip()), source=args.source, seeds=seeds,
+            tasks=tuple(split_commas(args.tasks)), source=args.source, seeds=tuple(parse_ints(args.seeds, "--seeds")),
             epochs=args.epochs, learning_rate=args.learning_rate, batch_size=args.batch_size,
             max_seq_length=args.max_seq_length, max_train_samples=args.max_train_samples,
         )

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from hf_sentcl.common.logs import setup_logging
 from hf_sentcl.export.publish import carded_for, push_export, usage_snippets
 from hf_sentcl.hub.upload import HubApi, HubError, check_repo_id, format_upload_plan, upload_plan
 
@@ -29,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, api: HubApi | None = None) -> int:
     """CLI entry point; `api` replaces `huggingface_hub.HfApi` (tests pass a recorder)."""
     args = build_parser().parse_args(argv)
+    setup_logging()
     visibility = "private" if args.private else "the Hub's default visibility for a new repository"
     target = f"{args.repo_id}" + (f" (branch {args.revision})" if args.revision else "")
     try:

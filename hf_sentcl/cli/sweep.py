@@ -2,41 +2,32 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 from collections.abc import Sequence
+from functools import partial
 
-import datasets
-import transformers
-
-from hf_sentcl.pipeline.seeds import USAGE, run_seeds, seed_recipes, split_argv
+from hf_sentcl.common.logs import setup_logging
+from hf_sentcl.pipeline import sweep
 from hf_sentcl.recipe.parser import RecipeError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE)
+        print(sweep.USAGE)
         return 0 if argv else 2
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    datasets.utils.logging.set_verbosity_warning()
-    transformers.utils.logging.set_verbosity_warning()
-    if any(a == "--subset-sizes" or a.startswith("--subset-sizes=") for a in argv):
-        from hf_sentcl.pipeline import fewshot
-
-        try:
-            recipe, sizes, seeds, full, overrides = fewshot.split_fewshot_argv(argv)
-            recipes = fewshot.sweep_recipes(recipe, sizes, seeds, overrides, run_full=full is None)
-        except (RecipeError, FileNotFoundError, ValueError) as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
-        fewshot.run_fewshot(recipe, sizes, seeds, overrides, full, recipes=recipes)
-        return 0
-    try:
-        recipe, seeds, overrides = split_argv(argv)
-        seed_recipes(recipe, seeds, overrides)
-    except (RecipeError, FileNotFoundError) as err:
+    setup_logging()
+    try:  # every run is parsed and checked here, before any trains
+        if sweep.is_fewshot(argv):
+            recipe, sizes, seeds, full, overrides = sweep.split_fewshot_argv(argv)
+            runs = sweep.sweep_recipes(recipe, sizes, seeds, overrides, run_full=full is None)
+            start = partial(sweep.run_fewshot, recipe, sizes, seeds, overrides, full, recipes=runs)
+        else:
+            recipe, seeds, overrides = sweep.split_argv(argv)
+            seed_runs = sweep.seed_recipes(recipe, seeds, overrides)
+            start = partial(sweep.run_seeds, recipe, seeds, overrides, recipes=seed_runs)
+    except (RecipeError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    run_seeds(recipe, seeds, overrides)
+    start()
     return 0

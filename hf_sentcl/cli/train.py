@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 from collections.abc import Sequence
 
-import datasets
-import transformers
-
+from hf_sentcl.common.logs import setup_logging
 from hf_sentcl.methods import METHODS
 from hf_sentcl.modeling.health import TrainingFailure
 from hf_sentcl.pipeline.train import run
@@ -26,9 +23,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if "-h" in argv or "--help" in argv:
         return print_help([a for a in argv if a not in ("-h", "--help")])
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    datasets.utils.logging.set_verbosity_warning()
-    transformers.utils.logging.set_verbosity_warning()
+    setup_logging()
     try:
         recipe = checked(parse_recipe(argv[0], argv[1:]))
     except (RecipeError, FileNotFoundError) as err:

@@ -1,4 +1,4 @@
-"""Progress bars only where someone watches them: a terminal on stderr.
+"""Log lines, and progress bars only where someone watches them: a terminal on stderr.
 
 Bars redrawn into a log file or CI output leave carriage returns and cursor-up (`[A`) fragments between the lines
 that matter, so every command line turns the libraries' bars off when stderr is not a terminal.
@@ -6,6 +6,7 @@ that matter, so every command line turns the libraries' bars off when stderr is 
 
 from __future__ import annotations
 
+import logging
 import sys
 
 
@@ -24,3 +25,15 @@ def quiet_library_bars() -> None:
 
     datasets.disable_progress_bars()
     transformers.utils.logging.disable_progress_bar()
+
+
+def setup_logging() -> None:
+    """What every command line logs: INFO lines with time and logger name, only warnings from `datasets` and
+    `transformers`, and no library progress bars without a terminal (`quiet_library_bars`)."""
+    import datasets
+    import transformers
+
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    datasets.utils.logging.set_verbosity_warning()
+    transformers.utils.logging.set_verbosity_warning()
+    quiet_library_bars()

@@ -33,6 +33,8 @@ from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 from hf_sentcl.common.logs import watched
+from hf_sentcl.common.stats import mean_pm_std, seed_stats
+from hf_sentcl.common.tables import markdown_table
 from hf_sentcl.evaluation.sts import read_lines, read_stsbenchmark
 from hf_sentcl.hub.download import resolve_data_dir
 
@@ -285,25 +287,15 @@ class GlueEvaluator:
         return {"seed": seed, "score": score, "metrics": metrics, "train_loss": train_output.training_loss}
 
 
-def seed_stats(values: Sequence[float]) -> dict[str, Any]:
-    """Mean, sample standard deviation (ddof=1; None for one seed) and the values."""
-    array = np.asarray(values, dtype=np.float64)
-    return {"mean": float(array.mean()), "std": float(array.std(ddof=1)) if len(array) > 1 else None,
-            "values": [float(v) for v in array]}
-
-
 def glue_markdown_table(rows: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> str:
     """{label: GlueEvaluator output} -> a Markdown table of each task's dev score (mean ± std over seeds)."""
     tasks = list(dict.fromkeys(t for r in rows.values() for t in r))
-    lines = ["| | " + " | ".join(tasks) + " | Avg |", "|---|" + "---:|" * (len(tasks) + 1)]
+    body = []
     for label, result in rows.items():
-        cells = []
-        for task in tasks:
-            stats = result.get(task, {}).get("score")
-            cells.append("" if stats is None else f"{stats['mean']:.2f}" + (
-                f" ± {stats['std']:.2f}" if stats["std"] is not None else ""))
+        cells = [mean_pm_std(result[t]["score"]) if t in result else "" for t in tasks]
         average = np.mean([result[t]["score"]["mean"] for t in tasks if t in result])
-        lines.append(f"| {label} | " + " | ".join(cells) + f" | {average:.2f} |")
+        body.append([label, *cells, f"{average:.2f}"])
+    lines = markdown_table(["", *tasks, "Avg"], body)
     lines += ["", "GLUE dev scores x 100 after fine-tuning (CLEAR Table 1's metrics: MNLI mean of m/mm accuracy, MRPC "
               "and QQP mean of accuracy and F1, STS-B mean of Pearson and Spearman, CoLA Matthews, others accuracy); "
               "mean ± sample std over seeds."]

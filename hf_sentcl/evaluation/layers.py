@@ -23,6 +23,7 @@ import torch
 from scipy.stats import ConstantInputWarning
 from tqdm.auto import tqdm
 
+from hf_sentcl.common.tables import markdown_table
 from hf_sentcl.evaluation.plots import plot_layer_heatmap
 from hf_sentcl.evaluation.sts import STSEvaluator
 from hf_sentcl.hub.download import resolve_data_dir
@@ -108,10 +109,8 @@ def run_layer_study(args: argparse.Namespace) -> int:
     csv_path = write_layer_csv(scores, LAYER_POOLINGS, output_dir / f"layers_{args.split}.csv")
     title = f"{Path(args.model).name or args.model}: STS-B {args.split}, Spearman × 100"
     png_path = plot_layer_heatmap(scores, LAYER_POOLINGS, output_dir / f"layers_{args.split}.png", title=title)
-    print("| hidden state | " + " | ".join(LAYER_POOLINGS) + " |")
-    print("|---:|" + "---:|" * len(LAYER_POOLINGS))
-    for k, row in enumerate(scores):
-        print(f"| {k} | " + " | ".join(f"{v:.2f}" if np.isfinite(v) else "n/a" for v in row) + " |")
+    body = ([k, *(f"{v:.2f}" if np.isfinite(v) else "n/a" for v in row)] for k, row in enumerate(scores))
+    print("\n".join(markdown_table(["hidden state", *LAYER_POOLINGS], body, numeric_from=0)))
     if not np.isfinite(scores).all():
         print("\nn/a: every sentence gets the same vector there (e.g. [CLS] of the embedding layer), so the cosines "
               "are constant and Spearman's correlation is undefined.")

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from hf_sentcl.common.tables import markdown_table
 from hf_sentcl.evaluation.sts import STS_TASKS
 from hf_sentcl.evaluation.transfer import TRANSFER_TASKS
 
@@ -19,12 +20,8 @@ SHORT_NAMES = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R", "SST2": "SS
 def sts_markdown_table(rows: dict[str, dict[str, float]], mode: str) -> str:
     """A Markdown table with one row per labelled result dict (Spearman x 100) and the averaging mode named."""
     tasks = [t for t in (*STS_TASKS, "Avg") if any(t in r for r in rows.values())]
-    header = "| | " + " | ".join(SHORT_NAMES.get(t, t) for t in tasks) + " |"
-    rule = "|---|" + "---:|" * len(tasks)
-    lines = [header, rule]
-    for label, result in rows.items():
-        cells = [f"{result[t]:.2f}" if t in result else "" for t in tasks]
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    body = ([label, *(f"{result[t]:.2f}" if t in result else "" for t in tasks)] for label, result in rows.items())
+    lines = markdown_table(["", *(SHORT_NAMES.get(t, t) for t in tasks)], body)
     lines.append("")
     lines.append(f"Spearman correlation x 100 of cosine similarity; STS12-16 subsets combined with mode `{mode}`.")
     return "\n".join(lines)
@@ -55,9 +52,8 @@ def transfer_markdown_table(transfer: Mapping[str, Any], note: bool = True) -> s
     rows = transfer if all(isinstance(v, Mapping) for v in transfer.values()) else {"accuracy": transfer}
     known = [t for t in (*TRANSFER_TASKS, "MRPC_F1", "Avg") if any(t in r for r in rows.values())]
     tasks = known + [t for t in dict.fromkeys(k for r in rows.values() for k in r) if t not in known]
-    lines = ["| | " + " | ".join(SHORT_NAMES.get(t, t) for t in tasks) + " |", "|---|" + "---:|" * len(tasks)]
-    for label, result in rows.items():
-        lines.append(f"| {label} | " + " | ".join(f"{result[t]:.2f}" if t in result else "" for t in tasks) + " |")
+    body = ([label, *(f"{result[t]:.2f}" if t in result else "" for t in tasks)] for label, result in rows.items())
+    lines = markdown_table(["", *(SHORT_NAMES.get(t, t) for t in tasks)], body)
     if note:
         lines += ["", TRANSFER_NOTE]
     return "\n".join(lines)
