@@ -34,6 +34,7 @@ def test_pool_every_layer_by_hand():
     torch.testing.assert_close(out[:, 2, 2], masked_max(states[2], mask))
 
 
+@pytest.mark.slow
 def test_every_cell_matches_the_configured_encoder(tiny_bert_dir, senteval_dir):
     """Each cell equals the STS-B score of an encoder set to that pooling_layer and pooling (an independent path
     through SentenceEncoder.forward); [CLS] of the embedding layer is the same vector for every sentence: NaN."""

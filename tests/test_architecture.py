@@ -5,6 +5,7 @@ docs/architecture.md describes the layers."""
 from __future__ import annotations
 
 import ast
+import functools
 from collections import defaultdict
 from pathlib import Path
 
@@ -62,6 +63,7 @@ def imported_modules(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     return found
 
 
+@functools.lru_cache(maxsize=1)
 def import_graph() -> dict[str, set[str]]:
     known = modules()
     return {name: imported_modules(name, path, known) for name, path in known.items()}

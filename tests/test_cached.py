@@ -211,6 +211,7 @@ def test_split_batch():
 
 
 # ---------------------------------------------------------------------------------------------- training
+@pytest.mark.slow
 @pytest.mark.parametrize("method, learning_rate", [("simcse", 5.0), ("sg-opt", 0.05)])
 def test_training_logs_match_plain_training(model_dir, tmp_path, method, learning_rate):
     """A few optimizer steps: the cached run logs the same losses (and SG's contrastive loss and parameter
@@ -337,6 +338,7 @@ def two_process_results(model_dir, tmp_path_factory):
     return [torch.load(out / f"rank{r}.pt") for r in range(WORLD)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["simcse", "sg-opt"])
 def test_two_processes_cached_equals_one_process_plain(two_process_results, model_dir, tmp_path, method):
     """2 gloo processes with DDP, each with half the batch (global_train_batch_size) in mini-batches of 2 (gathered

@@ -205,6 +205,7 @@ def test_cached_step_equals_plain_step(tiny_bert_dir, tmp_path):
         torch.testing.assert_close(cached[name], plain[name], atol=1e-5, rtol=1e-3, msg=name)
 
 
+@pytest.mark.slow
 def test_training_both_losses_fall_and_weights_change(spread_backbone_dir, tmp_path):
     """80 steps on 16 sentences: the logged MLM and contrastive terms both fall clearly (the contrastive one from
     about ln(2N - 1) = 2.71), and the backbone and both heads change; the saved checkpoint holds no head weights
@@ -235,6 +236,7 @@ def test_training_both_losses_fall_and_weights_change(spread_backbone_dir, tmp_p
     assert not any(k.endswith("decoder.weight") for k in head_keys)  # tied to the embeddings, saved with them
 
 
+@pytest.mark.slow
 def test_export_is_a_plain_backbone_with_the_del_token(tiny_bert_dir, tmp_path):
     """The exported encoder loads with AutoModel as a plain BertModel (resized vocabulary, [DEL] in the tokenizer)
     and holds no MLM or projection weights; the export reproduces the encoder (verify=True)."""
@@ -251,6 +253,7 @@ def test_export_is_a_plain_backbone_with_the_del_token(tiny_bert_dir, tmp_path):
     assert DELETE_TOKEN in tokenizer.get_vocab() and model.config.vocab_size == len(tokenizer)
 
 
+@pytest.mark.slow
 def test_mlm_weight_zero_trains_contrastive_only(tiny_bert_dir, tmp_path):
     encoder, trainer = make_trainer(tiny_bert_dir, tmp_path, mlm_weight=0.0, max_steps=2)
     assert "mlm" not in getattr(encoder, HEADS_NAME)
@@ -260,6 +263,7 @@ def test_mlm_weight_zero_trains_contrastive_only(tiny_bert_dir, tmp_path):
     assert all("mlm_loss" not in e and e["loss"] == pytest.approx(e["contrastive_loss"], rel=1e-4) for e in logs)
 
 
+@pytest.mark.slow
 def test_views_change_between_epochs(tiny_bert_dir, tmp_path):
     """The trainer tells the collator each epoch's number, so an example's views differ from epoch to epoch."""
     encoder, trainer = make_trainer(tiny_bert_dir, tmp_path, num_train_epochs=2)
@@ -281,6 +285,7 @@ def test_views_change_between_epochs(tiny_bert_dir, tmp_path):
     assert collator.epoch == 2
 
 
+@pytest.mark.slow
 def test_heads_file_restores_heads_on_resume(tiny_bert_dir, tmp_path):
     encoder, trainer = make_trainer(tiny_bert_dir, tmp_path, max_steps=1)
     trainer.train()
@@ -297,6 +302,7 @@ def test_heads_file_restores_heads_on_resume(tiny_bert_dir, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ from scratch
+@pytest.mark.slow
 def test_from_scratch_builds_a_fresh_backbone_of_the_recipe_size(tiny_bert_dir, tmp_path, caplog):
     pretrained = AutoModel.from_pretrained(tiny_bert_dir)
     with caplog.at_level(logging.WARNING, logger="hf_sentcl"):

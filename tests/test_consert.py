@@ -315,6 +315,7 @@ def changed_keys(before, module):
     return {k for k, v in module.state_dict().items() if k in before and not torch.equal(v, before[k])}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "backbone,pair",
     [("bert", ("shuffle", "feature_cutoff")), ("roberta", ("shuffle", "feature_cutoff")),
@@ -350,6 +351,7 @@ def test_unsup_step_is_one_forward_with_two_augmented_blocks(tiny_bert_dir, tmp_
     assert not torch.allclose(views[0], clean)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("adversarial", [False, True])
 def test_joint_training_loss_falls_and_weights_change(tiny_bert_dir, tmp_path, adversarial):
     """joint: L_ce + alpha * L_con, both logged; the loss falls; backbone and classifier change."""
@@ -470,6 +472,7 @@ def test_encoder_dropout_is_switched_off_unless_asked(tiny_bert_dir, tmp_path):
     assert all(m.p == 0.1 for m in kept.backbone.modules() if isinstance(m, nn.Dropout))
 
 
+@pytest.mark.slow
 def test_saved_encoder_has_no_classifier_and_evaluates_with_last2_avg(tiny_bert_dir, tmp_path):
     """The classifier stays out of the saved model (its own file keeps it for resuming); the encoder reloads with
     mean pooling for training and last2_avg for evaluation, and embeds as the mean of the last two layers."""
@@ -495,6 +498,7 @@ def test_saved_encoder_has_no_classifier_and_evaluates_with_last2_avg(tiny_bert_
     np.testing.assert_allclose(reloaded.encode(sentences), expected.numpy(), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_resume_restores_the_classifier(tiny_bert_dir, tmp_path):
     _, trainer = make_trainer(tiny_bert_dir, tmp_path, supervised_mode="sup", max_steps=2, save_strategy="steps",
                               save_steps=2)
@@ -614,6 +618,7 @@ def test_validation_names_the_missing_nli_file(tmp_path, senteval_dir, tiny_bert
         validate_recipe(parse_recipe(unsup_without_text))
 
 
+@pytest.mark.slow
 def test_chained_run_continues_from_the_first_stages_weights(tmp_path, tiny_bert_dir, senteval_dir, monkeypatch):
     """joint-unsup through `run`: stage 2's encoder starts from exactly stage 1's final weights, stage 1 really
     trained, stage 2 trained further; stage 1's results sit in output_dir/stage-1, the final ones in output_dir."""

@@ -50,6 +50,7 @@ def workers_of(output: Path) -> list[int]:
     return [int(pid) for pid in found.stdout.split()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("processes", [1, 2])
 def test_sigkill_then_resume_latest_gives_the_uninterrupted_weights(tmp_path, tiny_bert_dir, senteval_dir, processes):
     corpus = tmp_path / "train.txt"

@@ -92,6 +92,7 @@ def two_process_results(tmp_path_factory):
     return [torch.load(tmp / f"rank{r}.pt") for r in range(WORLD)]
 
 
+@pytest.mark.slow
 def test_world_size_seen_by_workers(two_process_results):
     """Inside the process group, world_size() is 2 (and 1 outside)."""
     assert [r["world_size"] for r in two_process_results] == [WORLD, WORLD]

@@ -122,6 +122,7 @@ def test_round_trip_other_poolings(tiny_bert_dir, tmp_path, setting):
     assert_three_ways_agree(encoder, tmp_path / "out", plan)
 
 
+@pytest.mark.slow
 def test_export_verifies_itself_and_drops_trainer_modules(tiny_bert_dir, tmp_path):
     """Modules a trainer attaches to the encoder (SG's projection head) are not exported; verify=True passes."""
     encoder = make_encoder(tiny_bert_dir, pooling="mean", head="mlp", head_at_inference=True)
@@ -175,6 +176,7 @@ def test_export_folder_safety(tiny_bert_dir, tmp_path):
     assert (other / "notes.txt").read_text() == "keep me"
 
 
+@pytest.mark.slow
 def test_cli_exports_checkpoint_with_card(tiny_bert_dir, tmp_path, capsys):
     encoder = make_encoder(tiny_bert_dir, pooling="cls", head="mlp", head_at_inference=True)
     checkpoint = tmp_path / "run"
@@ -223,6 +225,7 @@ def snapshot(folder):
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_failed_overwrite_leaves_the_old_export(tiny_bert_dir, tmp_path):
     """--overwrite builds beside OUT and swaps only after the checks: a failing check changes nothing."""
     encoder = make_encoder(tiny_bert_dir, pooling="mean")
@@ -265,6 +268,7 @@ def test_verification_rejects_non_finite_export(tiny_bert_dir, tmp_path):
         verify_export(encoder, tmp_path / "out", plan)
 
 
+@pytest.mark.slow
 def test_cli_from_evaluate_output_with_mteb_files(tiny_bert_dir, senteval_dir, tmp_path, capsys):
     """`evaluate --output` JSON -> card tables + model-index (MTEB protocol, computed here) + MTEB files."""
     import mteb

@@ -108,6 +108,7 @@ def test_backbone_uses_it_everywhere_and_eval_is_unchanged(tiny_bert_dir, tmp_pa
     assert not any(isinstance(m, FastDropout) for m in model.modules()) and model.config._attn_implementation == "sdpa"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None, reason="inductor needs a C++ compiler")
 def test_rate_under_torch_compile():
     """`torch_compile: true` traces the bulk draw (inductor replaces torch's generator by its own): every 16-bit

@@ -23,6 +23,7 @@ def numbered(n):
     return Dataset.from_dict({"text": [f"sentence {i}" for i in range(n)]})
 
 
+@pytest.mark.slow
 def test_random_subset_is_seeded_uniform_and_in_order():
     dataset = numbered(50)
     a, b, c = (random_subset(dataset, 10, seed) for seed in (1, 1, 2))
@@ -110,6 +111,7 @@ def test_summary_table_and_plot(tmp_path):
     assert path.stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_sweep_end_to_end(tmp_path, tiny_bert_dir, senteval_dir, capsys):
     """Sizes 1, 4, 16 x seeds 1, 2 plus the full-data run: size 1 is skipped, the batch is min(batch, N), every run
     trains on its own seeded subset, and fewshot.json / .md / .png hold the per-size means."""

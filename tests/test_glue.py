@@ -66,6 +66,7 @@ def test_unknown_tasks_and_sources_are_named():
 
 
 # ------------------------------------------------------------------------------------------------ data
+@pytest.mark.slow
 def test_senteval_copies(real_data_dir):
     """SST-2 and STS-B: GLUE's train/dev sizes; MRPC: a seeded 408-pair dev split of the train file."""
     sst2 = load_senteval_glue(real_data_dir, "sst2")
@@ -100,6 +101,7 @@ def write_tiny_glue(root, n=48):
     return root
 
 
+@pytest.mark.slow
 def test_tiny_model_fine_tunes_on_a_tiny_task(tmp_path, tiny_bert_dir):
     """SST-2-shaped task whose label is a word in the sentence: the loss falls below chance and the dev accuracy
     is well above it; the encoder passed in is not changed; two seeds give mean and std."""
@@ -115,6 +117,7 @@ def test_tiny_model_fine_tunes_on_a_tiny_task(tmp_path, tiny_bert_dir):
     assert all(np.array_equal(v, before[k]) for k, v in encoder.backbone.state_dict().items())
 
 
+@pytest.mark.slow
 def test_regression_task_and_cli(tmp_path, tiny_bert_dir, capsys):
     data = write_tiny_glue(tmp_path / "data")
     output = tmp_path / "glue.json"
@@ -130,6 +133,7 @@ def test_regression_task_and_cli(tmp_path, tiny_bert_dir, capsys):
     assert "cola" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_cli_log_has_no_bars_without_a_terminal(tmp_path, tiny_bert_dir, capfd):
     """Into a log file (stderr not a terminal) the command writes lines, not redrawn bars: no weight-loading,
     tokenising or training bars (each of the 9 fine-tunings of a real run would add several)."""
@@ -147,6 +151,7 @@ def test_cli_log_has_no_bars_without_a_terminal(tmp_path, tiny_bert_dir, capfd):
     assert not [mark for mark in ("\r", "\x1b[A", "it/s]", "examples/s]") if mark in err], err[-2000:]
 
 
+@pytest.mark.slow
 def test_glue_suite_after_training(tmp_path, tiny_bert_dir):
     """eval_tasks [sts, glue]: the run fine-tunes the untouched and the trained backbone on the GLUE tasks and
     writes both into results.json; bad glue_* keys are refused before any model loads."""

@@ -74,6 +74,7 @@ def test_same_gradients_fewer_activations(tiny_bert_dir, tmp_path, method):
     assert saved_bytes < 0.6 * plain_bytes, (saved_bytes, plain_bytes)
 
 
+@pytest.mark.slow
 def test_trainer_switches_it_on_from_the_recipe_key(tiny_bert_dir, tmp_path, repo_root):
     """`gradient_checkpointing: true` reaches every backbone layer when training starts, and a run with it logs the
     same losses as one without (same seed, dropout on)."""
@@ -90,6 +91,7 @@ def test_trainer_switches_it_on_from_the_recipe_key(tiny_bert_dir, tmp_path, rep
     assert histories[0] == pytest.approx(histories[1], rel=1e-5)
 
 
+@pytest.mark.slow
 def test_self_guided_frozen_copy_needs_none(tiny_bert_dir, tmp_path):
     """SG-OPT with checkpointing: BERT_T's layers are checkpointed; BERT_F (a separate module) is not, stays in
     eval mode and runs only without autograd, so it keeps no activations either way."""

@@ -270,6 +270,7 @@ def test_unavailable_hf_train_file_stops_the_run(hub_cache, tmp_path, capsys, ti
     assert err.startswith("error: train_file") and re.search(message, err)
 
 
+@pytest.mark.slow
 def test_shipped_recipes_validate_offline_from_the_hub_cache(hub_cache, repo_root, monkeypatch):
     """Every recipe's data resolves from the Hub cache alone (no HF_SENTCL_DATA, no ../shared), and none names
     a relative or ${HF_SENTCL_DATA} path; consert's supervised stages name `datasets` ids (not checked here).
@@ -310,6 +311,7 @@ def test_info_and_download_in_process(hub_cache, hf_home, capsys, monkeypatch, s
     assert "unknown source 'wikipedia'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_module_entry_point_offline(hub_cache, hf_home):
     """`hf-sentcl data info/download` in a fresh process reads the cache named by the environment."""
     env = {**os.environ, "HF_HOME": str(hf_home), "HF_HUB_CACHE": str(hub_cache),

@@ -266,6 +266,7 @@ def test_trainers_use_the_perturbed_loss(config_class, tiny_bert_dir, tmp_path):
     assert loss.item() != pytest.approx(info_nce(views[0], views[1], 0.05, **hard).item(), rel=1e-3)
 
 
+@pytest.mark.slow
 def test_byop_d_training_lowers_loss_and_updates_weights(tiny_bert_dir, tmp_path):
     """A short BYOP-D run ('p+n-', dynamic margin): the logged loss falls and every trained weight moves."""
     trainer = _trainer(tiny_bert_dir, tmp_path, perturbation="p+n-", margin_type="dynamic", num_train_epochs=4)

@@ -137,6 +137,7 @@ def test_train_data_and_collator(tmp_path, tiny_bert_dir):
     assert batch["input_ids"][0, 0, : len(expected)].tolist() == expected
 
 
+@pytest.mark.slow
 def test_real_snli_dev_and_test(real_data_dir):
     """The SentEval SNLI files shipped here: dev + test, every line labelled."""
     pairs = load_nli_pairs(resolve_nli_source("senteval", ["dev", "test"], str(real_data_dir)))

@@ -30,6 +30,7 @@ def wheel(tmp_path_factory, repo_root):
     return built
 
 
+@pytest.mark.slow
 def test_wheel_holds_the_card_template(wheel, repo_root):
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
@@ -38,6 +39,7 @@ def test_wheel_holds_the_card_template(wheel, repo_root):
     assert "hf_sentcl/evaluation/mteb.py" in names and not any(n.startswith("model_cards/") for n in names)
 
 
+@pytest.mark.slow
 def test_export_from_a_plain_install_writes_its_card(wheel, tiny_bert_dir, tmp_path):
     target = tmp_path / "site"
     subprocess.run(

@@ -106,6 +106,7 @@ def test_default_target_modules_per_architecture():
 
 
 # ------------------------------------------------------------------------------------------ SimCSE + LoRA
+@pytest.mark.slow
 def test_simcse_trains_only_the_adapters_and_head(tiny_bert_dir, tmp_path):
     """Defaults from peft for BERT: LoRA on query and value. Only lora_A/lora_B and the MLP head train; the loss
     falls; the base weights stay bit-identical; the trainable share is small."""
@@ -146,6 +147,7 @@ def test_lora_delta_norm_matches_the_product():
     assert lora_delta_squared_norm(a, b, 2.5).item() == pytest.approx(expected, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_self_guided_with_lora_regularizer_is_the_merged_delta(tiny_bert_dir, tmp_path):
     """SG-OPT with LoRA: BERT_F is the plain base model (no adapters); the regularizer is 0 at the start, nonzero
     after training, and equals sum ||W_merged - W_F||^2 computed independently in float64; its gradient reaches the
@@ -212,6 +214,7 @@ def test_checkpoint_with_adapters_reloads(tiny_bert_dir, tmp_path):
     np.testing.assert_allclose(reloaded.encode(SENTENCES), encoder.encode(SENTENCES), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_merged_encoder_and_export_load_plainly(tiny_bert_dir, tmp_path):
     """Merging folds W + s B A into the weights: the encoder embeds as before, saves without any LoRA key or peft
     setting, and its export loads with plain AutoModel and gives the same embeddings ([CLS] of the last layer).
@@ -250,6 +253,7 @@ def test_adapter_alone(tiny_bert_dir, tmp_path):
         save_adapter(SentenceEncoder.from_backbone(str(tiny_bert_dir)), tmp_path / "none")
 
 
+@pytest.mark.slow
 def test_export_cli_of_a_lora_checkpoint(tiny_bert_dir, tmp_path, capsys):
     encoder = trained_lora_encoder(tiny_bert_dir)
     encoder.save_pretrained(tmp_path / "ckpt")
@@ -260,6 +264,7 @@ def test_export_cli_of_a_lora_checkpoint(tiny_bert_dir, tmp_path, capsys):
 
 
 # ------------------------------------------------------------------------------------------ a recipe run
+@pytest.mark.slow
 def test_recipe_run_with_lora(tiny_bert_dir, senteval_dir, tmp_path):
     """python -m hf_sentcl.run with a peft section and --export_adapter: the saved encoder is merged (no LoRA keys),
     the adapter sits in output_dir/adapter, results.json carries the trainable share, the export loads with

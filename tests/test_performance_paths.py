@@ -104,6 +104,7 @@ def _train(tiny_bert_dir, tmp_path, collator_class):
     return losses, initial, encoder.state_dict()
 
 
+@pytest.mark.slow
 def test_training_with_the_fast_collator_is_bit_identical(tiny_bert_dir, tmp_path):
     """Same seed, same data: every logged loss and every final weight equal those of the tokenizer.pad path."""
     fast_losses, initial, fast_weights = _train(tiny_bert_dir, tmp_path, ViewCollator)
@@ -154,6 +155,7 @@ def test_pre_tokenisation_is_cached_across_runs(tiny_bert_dir, tmp_path):
     assert first["view0"] == second["view0"]
 
 
+@pytest.mark.slow
 def test_length_grouped_sampling_and_pad_multiple_from_a_recipe(tiny_bert_dir, senteval_dir, tmp_path):
     """`train_sampling_strategy: group_by_length` gets a `length` column (longest view) and transformers'
     LengthGroupedSampler; `pad_to_multiple_of` reaches the collator; training runs and changes the weights."""

@@ -37,6 +37,7 @@ def width(path):
         return image.size[0]
 
 
+@pytest.mark.slow
 def test_training_curves_panels_follow_the_log(tmp_path):
     """Loss, dev Spearman and alignment/uniformity give three panels; a loss-only log one; an empty log none."""
     full = plot_training_curves(HISTORY, tmp_path / "full.png")
@@ -61,6 +62,7 @@ def test_stsb_predictions_by_hand(tmp_path):
         stsb_predictions(evaluator, np.zeros((4, 2)), task="STS12")
 
 
+@pytest.mark.slow
 def test_scatter_and_heatmap_files(tmp_path):
     """The scatter has a panel per label; nothing to draw gives None; a heatmap needs one column per pooling."""
     rng = np.random.default_rng(0)
@@ -83,6 +85,7 @@ def data_dir(tmp_path_factory):
     return write_transfer_tasks(root)
 
 
+@pytest.mark.slow
 def test_tiny_run_writes_plots_transfer_and_card(tmp_path, tiny_bert_dir, data_dir, monkeypatch):
     """A 6-step SimCSE run with eval_tasks [sts, transfer]: plots in output_dir/plots and copied into the export,
     shown in the model card next to the before/after transfer table; results.json lists the plots and holds the

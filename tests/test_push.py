@@ -191,6 +191,7 @@ def test_recipe_hub_settings_checked_before_training(tmp_path, monkeypatch, repo
     validate_recipe(recipe("--push_to_hub", "true", "--hub_model_id", "me/enc"))
 
 
+@pytest.mark.slow
 def test_publish_run_exports_then_pushes_only_the_export(tiny_bert_dir, tmp_path, capsys, monkeypatch):
     """The end of a recipe run with push_to_hub: export + card in output_dir/export, then one upload of it."""
     monkeypatch.setenv("HF_TOKEN", FAKE_TOKEN)

@@ -52,6 +52,7 @@ def recipe(tmp_path, tiny_bert_dir, senteval_dir):
     return path
 
 
+@pytest.mark.slow
 def test_training_run_log_has_no_bars(recipe, capfd):
     """A whole run (tokenising, dev evaluation every 3 steps inside training, final evaluation, export) writes no
     bar to a non-terminal stderr, and Trainer's logs arrive as printed lines."""

@@ -60,12 +60,14 @@ def assert_same_weights(a, b):
         assert torch.equal(wa[key], wb[key]), key
 
 
+@pytest.mark.slow
 def test_default_checkpoints_hold_optimizer_scheduler_rng_and_mark(uninterrupted):
     _, full = uninterrupted
     names = {p.name for p in (full / "checkpoint-2").iterdir()}
     assert {"optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json", CHECKPOINT_COMPLETE} <= names
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["path", "latest", "true"])
 def test_resume_is_bit_identical(tmp_path, uninterrupted, how):
     """Resumed from checkpoint-4 (by path, `latest` or `true`): the same final weights bit for bit, and the
@@ -80,6 +82,7 @@ def test_resume_is_bit_identical(tmp_path, uninterrupted, how):
     assert [e["loss"] for e in curve] == [e["loss"] for e in reference]
 
 
+@pytest.mark.slow
 def test_half_written_checkpoint_is_not_latest(tmp_path, uninterrupted):
     """checkpoint-4 without its completion mark (cut off while written): `latest` resumes from checkpoint-2 and
     still ends bit-identical; the half-written folder is not taken."""

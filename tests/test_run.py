@@ -148,6 +148,7 @@ def test_quickstart_validates_with_the_local_data(repo_root, real_data_dir, monk
 
 
 # ------------------------------------------------------------------------------------------ end to end
+@pytest.mark.slow
 def test_end_to_end_run(tmp_path, base_values, senteval_dir, tiny_bert_dir, capsys):
     """A 6-step SimCSE run: results.json/results.md with before/after rows for the 7 tasks, the best dev
     checkpoint kept and saved, and the saved encoder reloading to the reported numbers."""
@@ -191,6 +192,7 @@ def test_end_to_end_run(tmp_path, base_values, senteval_dir, tiny_bert_dir, caps
     assert not torch.equal(trained[key], initial[key])
 
 
+@pytest.mark.slow
 def test_end_to_end_supervised_with_cli_overrides(tmp_path, tiny_bert_dir, senteval_dir):
     """simcse_sup on a sent0,sent1,hard_neg csv, with overrides from the command line; no evaluation."""
     sentences = random_sentences(24, seed=5)

@@ -62,6 +62,7 @@ def test_rerun_into_finished_run_refused(tmp_path, values, capsys, monkeypatch, 
     assert snapshot(out) == before
 
 
+@pytest.mark.slow
 def test_overwrite_output_dir_replaces_run(tmp_path, values):
     """overwrite_output_dir: true trains into the folder; the old run's checkpoints are removed first."""
     out = values["output_dir"]
@@ -112,6 +113,7 @@ def test_resume_without_checkpoint_refused(tmp_path, values, capsys, monkeypatch
     assert not values["output_dir"].exists() or not any(values["output_dir"].iterdir())
 
 
+@pytest.mark.slow
 def test_nonfinite_loss_stops_training_and_exports_nothing(tmp_path, values, capsys, monkeypatch):
     """A loss that turns NaN at the first step: exit 1 with the step named; no checkpoint, model, export or
     results written."""

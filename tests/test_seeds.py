@@ -72,6 +72,7 @@ def write_recipe(tmp_path, tiny_bert_dir, senteval_dir):
     return recipe
 
 
+@pytest.mark.slow
 def test_end_to_end_two_seeds(tmp_path, tiny_bert_dir, senteval_dir, capsys):
     """Two seeds with CLI overrides: one run folder per seed, "before" evaluated once, seeds.json/md written with
     the per-seed results and their mean; the seed really changes the run."""
@@ -99,6 +100,7 @@ def test_bad_override_fails_before_training(tmp_path, tiny_bert_dir, senteval_di
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_rerun_reuses_finished_seed_runs(tmp_path, tiny_bert_dir, senteval_dir):
     """A rerun with one more seed reads the finished seed's results.json back instead of training it again (without
     the reuse its output_dir would be refused as holding a run), and seeds.json holds both seeds."""

@@ -236,6 +236,7 @@ def test_setup_frozen_copy_embeddings_head_and_regularizer_at_step_0(tiny_bert_d
     assert parameter_distance(encoder.backbone, frozen, trainable_only=False).item() == 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("objective", ["sg-opt", "sg", "opt1", "opt2"])
 def test_training_steps(tiny_bert_dir, tmp_path, objective):
     """A few steps on the same batch: loss falls, BERT_T's transformer layers and the head change, its embedding
@@ -319,6 +320,7 @@ def test_frozen_dropout_noises_views_only_while_training(tiny_bert_dir, tmp_path
     assert all(torch.equal(v, frozen_before[k]) for k, v in trainer.frozen_backbone.state_dict().items())
 
 
+@pytest.mark.slow
 def test_saved_encoder_is_last_layer_cls_without_head_or_frozen_copy(tiny_bert_dir, tmp_path):
     """The saved model holds BERT_T only (no projection head, no frozen copy); it reloads with [CLS] pooling and
     embeds like the trained backbone's last-layer [CLS]. The head sits in its own file for resuming."""
@@ -342,6 +344,7 @@ def test_saved_encoder_is_last_layer_cls_without_head_or_frozen_copy(tiny_bert_d
     np.testing.assert_allclose(reloaded.encode(sentences), expected.numpy(), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_resume_restores_projection_head(tiny_bert_dir, tmp_path):
     """A checkpoint carries the head in its own file and resuming loads it back into the head."""
     encoder, trainer = make_trainer(tiny_bert_dir, tmp_path, max_steps=2, save_strategy="steps", save_steps=2)

@@ -80,6 +80,7 @@ def test_batch_size_one_rejected(tiny_bert_dir, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ one forward per step
+@pytest.mark.slow
 def test_unsupervised_one_forward_of_2b_per_step(tiny_bert_dir, tmp_path):
     """Unsupervised SimCSE: each training step is exactly one backbone forward over 2*b rows; components
     returned by contrastive_loss are logged with the loss."""
@@ -105,6 +106,7 @@ def test_unsupervised_one_forward_of_2b_per_step(tiny_bert_dir, tmp_path):
     assert all(-1.0 <= h["positive_similarity"] <= 1.0 for h in logged)
 
 
+@pytest.mark.slow
 def test_supervised_one_forward_of_3b_per_step(tiny_bert_dir, tmp_path):
     """Supervised SimCSE on triplets: one backbone forward over 3*b rows per step."""
     encoder = SentenceEncoder.from_backbone(str(tiny_bert_dir), pooling="cls", head="mlp")
@@ -167,6 +169,7 @@ def test_supervised_views_are_the_columns_in_order(tiny_bert_dir, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ short training runs
+@pytest.mark.slow
 def test_unsupervised_training_lowers_loss_and_updates_weights(tiny_bert_dir, tmp_path):
     """40 sentences, batch 8, 40 steps: the logged loss falls well below its start and below log(b), and every
     trained parameter (backbone layers and head) moved."""
@@ -186,6 +189,7 @@ def test_unsupervised_training_lowers_loss_and_updates_weights(tiny_bert_dir, tm
     assert trainer.state.global_step == 40
 
 
+@pytest.mark.slow
 def test_supervised_training_lowers_loss_and_updates_weights(tiny_bert_dir, tmp_path):
     """Supervised SimCSE on a sent0,sent1,hard_neg csv: loss falls and weights change."""
     torch.manual_seed(0)
@@ -202,6 +206,7 @@ def test_supervised_training_lowers_loss_and_updates_weights(tiny_bert_dir, tmp_
     assert any("encoder.layer.0." in k for k in changed) and any("encoder.layer.1." in k for k in changed)
 
 
+@pytest.mark.slow
 def test_bf16_training_keeps_loss_in_fp32(tiny_bert_dir, tmp_path):
     """bf16=True on CPU: the encoder runs under bf16 autocast (the head's Linear computes in bf16) while the
     loss is fp32 and finite and the weights stay fp32."""

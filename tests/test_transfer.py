@@ -150,6 +150,7 @@ def test_missing_files_are_listed(tmp_path):
         load_transfer_task(tmp_path, "MR")
 
 
+@pytest.mark.slow
 def test_real_senteval_sizes(real_data_dir):
     """On the real data the sizes and class counts are SentEval's (CR and MPQA keep their empty lines)."""
     sizes = {t: {s: len(d) for s, d in load_transfer_task(real_data_dir, t).items()} for t in TRANSFER_TASKS}
@@ -165,6 +166,7 @@ def separable(n_per_class=30, dim=6, seed=0):
     return x.astype(np.float32), np.repeat([0, 1], n_per_class)
 
 
+@pytest.mark.slow
 def test_probe_is_perfect_on_a_separable_set():
     """Two far-apart clusters: every protocol reaches 100% test accuracy."""
     x, y = separable()
@@ -176,6 +178,7 @@ def test_probe_is_perfect_on_a_separable_set():
     assert result.acc == 100.0 and result.devacc == 100.0
 
 
+@pytest.mark.slow
 def test_probe_is_at_chance_on_shuffled_labels():
     """The same features with randomly permuted labels carry no signal: accuracy near 50%."""
     x, y = separable(n_per_class=150, seed=3)
@@ -185,6 +188,7 @@ def test_probe_is_at_chance_on_shuffled_labels():
     assert nested_cv_probe(x, y, kfold=3).acc == 100.0  # the unshuffled labels are learnable
 
 
+@pytest.mark.slow
 def test_probe_picks_c_on_inner_folds_and_is_deterministic():
     """A C from SentEval's grid per outer fold; the same call twice gives the same result, n_jobs changes nothing."""
     rng = np.random.default_rng(5)
@@ -227,6 +231,7 @@ def test_pair_features():
 
 
 # ------------------------------------------------------------------------------------------------ the evaluator
+@pytest.mark.slow
 def test_evaluator_one_encode_pass_and_results(transfer_dir):
     """One encode call over the distinct sentences of all tasks; accuracy per task, MRPC F1 equal to sklearn's F1
     of the probe chosen the same way on the same features, and the summary row's Avg over the 7 accuracies."""
@@ -261,6 +266,7 @@ def test_evaluator_rejects_unknown_tasks_and_bad_kfold(transfer_dir):
 
 
 # ------------------------------------------------------------------------------------------------ the CLI
+@pytest.mark.slow
 def test_cli_transfer_and_sts_transfer(tmp_path, tiny_bert_dir, transfer_dir):
     """`--tasks transfer` writes the transfer row and per-task details to the JSON and a table to the .md;
     `--tasks sts,transfer` adds the STS scores (top-level keys, as for STS alone) to the same outputs."""
