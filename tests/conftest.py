@@ -23,7 +23,6 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-
 from helpers import build_tiny_bert, build_tiny_roberta, write_full_senteval  # noqa: E402
 
 # The models here are tiny: one intra-op thread is as fast as two on an idle machine and avoids OpenMP

@@ -12,12 +12,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from hf_sentcl.evaluation import transfer
+
 SPECIAL_BERT = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
 WORDS = (
     "the a an is are was were cat dog man woman boy girl child kid plays playing runs running eats eating food "
     "ball park street house car red blue green big small happy sad fast slow on in at with and of to guitar "
     "music piano sings dances water drinks tree bird flies sky ."
 ).split()
+
 
 TINY_DIMS = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37,
                  max_position_embeddings=64)
@@ -191,3 +196,165 @@ class FakeEncoder:
     def encode(self, sentences, batch_size=128, bf16=False):
         self.calls.append({"sentences": list(sentences), "batch_size": batch_size, "bf16": bf16})
         return np.stack([self.vectors[s] for s in sentences])
+
+
+def write_wordnet(root: Path) -> Path:
+    """Write index.*, data.* and *.exc in the WordNet 3.0 format; each synset line starts with its byte offset."""
+    root.mkdir(parents=True, exist_ok=True)
+    for pos, name in NAMES.items():
+        data, offsets = LICENSE, {}
+        for key, (words, gloss) in SYNSETS[pos].items():
+            offsets[key] = len(data.encode())
+            listed = " ".join(f"{w} {i % 16:x}" for i, w in enumerate(words))
+            data += f"{offsets[key]:08d} 05 {pos} {len(words):02x} {listed} 000 | {gloss}  \n"
+        (root / f"data.{name}").write_text(data)
+        index = LICENSE + "".join(
+            f"{lemma} {pos} {len(keys)} 1 @ {len(keys)} 0 {' '.join(f'{offsets[k]:08d}' for k in keys)}  \n"
+            for lemma, keys in sorted(INDEX[pos].items())
+        )
+        (root / f"index.{name}").write_text(index)
+        (root / f"{name}.exc").write_text(EXCEPTIONS[pos])
+    return root
+
+
+def gradients(model) -> dict[str, torch.Tensor]:
+    return {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+def step(trainer, inputs, mini_batch_size, seed=7):
+    """One `training_step` from a fresh copy of the weights and RNG seed; returns (loss, gradients)."""
+    trainer.args.mini_batch_size = mini_batch_size
+    trainer.model.zero_grad(set_to_none=True)
+    torch.manual_seed(seed)
+    loss = trainer.training_step(trainer.model, inputs)
+    return loss.detach(), gradients(trainer.model)
+
+
+def assert_same(first, second, atol=1e-5, relative=1e-3):
+    """Equal losses and gradients: max |difference| below `atol`, and below `relative` x the largest gradient."""
+    (loss_a, grads_a), (loss_b, grads_b) = first, second
+    assert torch.allclose(loss_a, loss_b, atol=atol, rtol=0), (loss_a, loss_b)
+    assert grads_a.keys() == grads_b.keys() and len(grads_a) > 10
+    worst = max((grads_a[k] - grads_b[k]).abs().max().item() for k in grads_a)
+    largest = max(g.abs().max().item() for g in grads_a.values())
+    print(f"loss {loss_a.item():.6f} vs {loss_b.item():.6f}; max |grad diff| {worst:.2e}, largest |grad| {largest:.2e}")
+    assert worst < atol and worst < relative * largest, (worst, largest)
+
+
+def write_snli(folder, split, n=6, seed=0, labels=None):
+    """A SentEval-format SNLI split: s1.<split>, s2.<split>, labels.<split> (with SentEval's trailing spaces)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    sentences = random_sentences(2 * n, seed=seed)
+    labels = labels or (LABELS * n)[:n]
+    (folder / f"s1.{split}").write_text("".join(f"{s} . \n" for s in sentences[:n]))
+    (folder / f"s2.{split}").write_text("".join(f"{s} . \n" for s in sentences[n:]))
+    (folder / f"labels.{split}").write_text("".join(f"{label}\n" for label in labels))
+    return sentences
+
+
+def write_recipe(tmp_path, **values):
+    lines = []
+    for key, value in values.items():
+        if isinstance(value, bool):
+            value = str(value).lower()
+        elif isinstance(value, list):
+            value = "[" + ", ".join(value) + "]"
+        lines.append(f"{key}: {value}")
+    path = tmp_path / "recipe.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+# ------------------------------------------------------------------------------------------------ a tiny layout
+def write_transfer_tasks(root, per_class: int = 12, seed: int = 0):
+    """All 7 transfer tasks in SentEval's layout, formats and encodings, with `per_class` sentences per class
+    (TREC and MRPC train sets too) built from the tiny models' vocabulary."""
+    sentences = iter(random_sentences(40 * per_class + 200, seed=seed))
+    take = lambda n: [next(sentences) for _ in range(n)]  # noqa: E731
+    for folder, pos, neg in (("MR", "rt-polarity.pos", "rt-polarity.neg"), ("CR", "custrev.pos", "custrev.neg"),
+                             ("SUBJ", "subj.objective", "subj.subjective"), ("MPQA", "mpqa.pos", "mpqa.neg")):
+        (root / folder).mkdir(parents=True, exist_ok=True)
+        for name in (pos, neg):
+            (root / folder / name).write_bytes("".join(f"{s} \n" for s in take(per_class)).encode("latin-1"))
+    sst = root / "SST" / "binary"
+    sst.mkdir(parents=True, exist_ok=True)
+    for split, n in (("train", per_class), ("dev", 3), ("test", 3)):
+        rows = [f"{s} \t{label}\n" for label in (0, 1) for s in take(n)]
+        (sst / f"sentiment-{split}").write_text("".join(rows), encoding="utf-8")
+    (root / "TREC").mkdir(exist_ok=True)
+    for name, n in (("train_5500.label", per_class), ("TREC_10.label", 2)):
+        rows = [f"{c}:other {s} ?\n" for c in TREC_CLASSES for s in take(n)]
+        (root / "TREC" / name).write_bytes("".join(rows).encode("latin-1"))
+    (root / "MRPC").mkdir(exist_ok=True)
+    for split, n in (("train", per_class), ("test", 4)):
+        rows = ["\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"]
+        rows += [f"{label}\t{i}\t{i + 1}\t{a}\t{b}\n" for label in (0, 1) for i, (a, b) in
+                 enumerate(zip(take(n), take(n)))]
+        (root / "MRPC" / f"msr_paraphrase_{split}.txt").write_text("".join(rows), encoding="utf-8")
+    declare_sizes(root)
+    return root
+
+
+EXCEPTIONS = {"n": "geese goose\nchildren child\n", "v": "ran run\n", "a": "faster fast\n", "r": ""}
+
+
+INDEX = {  # lemma -> synset keys, most frequent sense first
+    "n": {"car": ["car", "railcar"], "auto": ["car"], "automobile": ["car"], "goose": ["goose"],
+          "child": ["child"], "kid": ["child"], "ford": ["ford"], "railcar": ["railcar"]},
+    "v": {"run": ["run"], "drive": ["drive"]},
+    "a": {"fast": ["fast"], "speedy": ["fast"]},
+    "r": {"quickly": ["quickly"], "rapidly": ["quickly"]},
+}
+
+
+LABELS = ["entailment", "neutral", "contradiction", "neutral", "entailment", "contradiction"]
+
+
+LICENSE = "  1 This software and database is being provided to you, the LICENSEE, by\n  2 Princeton University\n"
+
+
+NAMES = {"n": "noun", "v": "verb", "a": "adj", "r": "adv"}
+
+
+SYNSETS = {
+    "n": {
+        "car": (["car", "auto", "automobile", "machine", "motorcar"], "a motor vehicle"),
+        "railcar": (["car", "railcar", "railway_car"], "a wheeled vehicle adapted to the rails"),
+        "goose": (["goose"], "web-footed long-necked bird"),
+        "child": (["child", "kid", "youngster"], "a young person"),
+        "ford": (["Ford", "Henry_Ford"], "an industrialist"),
+    },
+    "v": {"run": (["run", "scat", "scamper"], "move fast by using one's feet"), "drive": (["drive"], "operate")},
+    "a": {"fast": (["fast(a)", "speedy"], "acting or moving quickly")},
+    "r": {"quickly": (["quickly", "rapidly", "speedily"], "with rapid movements")},
+}
+
+
+TREC_CLASSES = ("ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM")
+
+
+def declare_sizes(root):
+    """sizes.json in each task folder with its files' row counts (the readers check them instead of SentEval's)."""
+    for folder in {(root / name).parent for names in transfer.TRANSFER_FILES.values() for name in names}:
+        rows = {p.name: len(p.read_bytes().splitlines()) - p.name.startswith("msr_") for p in folder.iterdir()
+                if p.is_file() and p.name != "sizes.json"}
+        (folder / "sizes.json").write_text(json.dumps(rows))
+
+
+def snapshot(module):
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def changed_keys(before, module):
+    return {k for k, v in module.state_dict().items() if k in before and not torch.equal(v, before[k])}
+
+
+SENTENCES = [
+    "the big red dog plays with a blue ball in the park and the cat runs",
+    "a man sings",
+    "the happy girl eats food with a kid on the street",
+]
+
+
+def batch_of(encoder, sentences=SENTENCES):
+    return encoder.tokenizer(sentences, padding=True, return_tensors="pt")

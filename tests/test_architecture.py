@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ast
 import functools
-from collections import defaultdict
 from pathlib import Path
 
 import pytest

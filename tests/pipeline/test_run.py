@@ -1,0 +1,198 @@
+"""`python -m hf_sentcl.run`: recipe validation errors (exit 2, `error: ...`) and an end-to-end run on the tiny
+BERT with a tiny SentEval layout."""
+
+import json
+import math
+
+import pytest
+import torch
+from helpers import random_sentences, write_recipe
+from transformers import AutoModel
+
+from hf_sentcl import SentenceEncoder
+from hf_sentcl.cli.train import main
+from hf_sentcl.evaluation.sts import STS_TASKS, STSEvaluator
+from hf_sentcl.recipe.checks import validate_recipe
+from hf_sentcl.recipe.parser import RecipeError, parse_recipe
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    path = tmp_path / "train.txt"
+    path.write_text("\n".join(random_sentences(24, seed=3)) + "\n")
+    return path
+
+
+@pytest.fixture
+def base_values(tmp_path, corpus, tiny_bert_dir, senteval_dir):
+    return dict(
+        method="simcse", model_name_or_path=str(tiny_bert_dir), train_file=str(corpus),
+        sts_data_dir=str(senteval_dir), output_dir=str(tmp_path / "out"),
+    )
+
+
+def run_main(argv, capsys):
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.err
+
+
+# ------------------------------------------------------------------------------------------ validation
+def test_no_arguments_prints_usage(capsys):
+    """No recipe: usage and exit status 2; --help: usage and 0."""
+    assert main([]) == 2
+    assert "usage" in capsys.readouterr().out
+    assert main(["--help"]) == 0
+
+
+def test_missing_train_file_named(tmp_path, base_values, capsys):
+    """A train_file that does not exist: exit 2 with the path in the error."""
+    recipe = write_recipe(tmp_path, **{**base_values, "train_file": str(tmp_path / "nowhere.txt")})
+    code, err = run_main([recipe], capsys)
+    assert code == 2
+    assert err.startswith("error: ") and "nowhere.txt" in err and "train_file" in err
+
+
+def test_missing_data_dir_explains_how(tmp_path, base_values, capsys, monkeypatch):
+    """No sts_data_dir and no HF_SENTCL_DATA: exit 2 with a message saying how to point at the data."""
+    monkeypatch.delenv("HF_SENTCL_DATA", raising=False)
+    values = {k: v for k, v in base_values.items() if k != "sts_data_dir"}
+    code, err = run_main([write_recipe(tmp_path, **values)], capsys)
+    assert code == 2
+    assert err.startswith("error: ") and "HF_SENTCL_DATA" in err and "sts_data_dir" in err
+
+
+def test_nonexistent_data_dir(tmp_path, base_values, capsys):
+    """An sts_data_dir that does not exist is named in the error."""
+    recipe = write_recipe(tmp_path, **{**base_values, "sts_data_dir": str(tmp_path / "no-data")})
+    code, err = run_main([recipe], capsys)
+    assert code == 2 and "no-data" in err
+
+
+def test_local_model_path_must_exist(tmp_path, base_values, capsys):
+    """model_name_or_path like ./nope that does not exist is rejected before loading anything."""
+    code, err = run_main([write_recipe(tmp_path, **{**base_values, "model_name_or_path": "./nope"})], capsys)
+    assert code == 2 and "./nope" in err and "model_name_or_path" in err
+
+
+def test_batch_of_one_rejected_before_loading(tmp_path, base_values, capsys, monkeypatch):
+    """per_device_train_batch_size 1 on one process leaves no in-batch negative: exit 2 naming the key, and no
+    model is loaded first."""
+    monkeypatch.setattr(SentenceEncoder, "from_backbone", lambda *a, **k: pytest.fail("model loaded"))
+    code, err = run_main([write_recipe(tmp_path, **base_values, per_device_train_batch_size=1)], capsys)
+    assert code == 2 and "per_device_train_batch_size" in err and "at least 2" in err
+
+
+def test_unknown_key_exit_code(tmp_path, base_values, capsys):
+    """Parse errors also exit 2 with the key named."""
+    code, err = run_main([write_recipe(tmp_path, **base_values, learning_rat=0.1)], capsys)
+    assert code == 2 and "learning_rat" in err and "learning_rate" in err
+
+
+def test_cli_override_error_exit_code(tmp_path, base_values, capsys):
+    """A bad command-line override exits 2 naming the key."""
+    code, err = run_main([write_recipe(tmp_path, **base_values), "--seed", "many"], capsys)
+    assert code == 2 and "'seed'" in err
+
+
+def test_output_dir_is_required(tmp_path, base_values, capsys):
+    """A recipe without output_dir is rejected (validate_recipe promises "key 'output_dir' is missing") instead
+    of silently writing into ./trainer_output."""
+    without_output = {k: v for k, v in base_values.items() if k != "output_dir"}
+    recipe = write_recipe(tmp_path, **without_output)
+    with pytest.raises(RecipeError, match="output_dir"):
+        validate_recipe(parse_recipe(recipe))
+    code, err = run_main([recipe], capsys)
+    assert code == 2 and "output_dir" in err
+
+
+def test_exactly_one_training_source(tmp_path, base_values):
+    """validate_recipe wants exactly one of train_file / dataset_name / unlabeled_sts."""
+    without_source = {k: v for k, v in base_values.items() if k != "train_file"}
+    with pytest.raises(RecipeError, match="train_file"):
+        validate_recipe(parse_recipe(write_recipe(tmp_path, **without_source)))
+    with pytest.raises(RecipeError, match="unlabeled_sts"):
+        validate_recipe(parse_recipe(write_recipe(tmp_path, **base_values, unlabeled_sts="stsb")))
+    # the valid recipe passes (with a batch its 24 sentences fill)
+    validate_recipe(parse_recipe(write_recipe(tmp_path, **base_values, per_device_train_batch_size=8)))
+
+
+def test_unknown_eval_task(tmp_path, base_values):
+    """eval_tasks may only name known suites (sts, transfer)."""
+    with pytest.raises(RecipeError, match="eval_tasks.*'paraphrase'"):
+        validate_recipe(parse_recipe(write_recipe(tmp_path, **base_values, eval_tasks=["sts", "paraphrase"])))
+
+
+def test_quickstart_validates_with_the_local_data(repo_root, real_data_dir, monkeypatch):
+    """The quickstart as `make quickstart` runs it here: the local Wikipedia subset and SentEval folder, offline.
+    (tests/test_hub_data.py validates every recipe against a Hub cache.)"""
+    monkeypatch.setenv("HF_SENTCL_DATA", str(real_data_dir))
+    subset = real_data_dir.parent / "wiki1m_subset.txt"
+    if not subset.is_file():
+        pytest.skip(f"no {subset}")
+    validate_recipe(parse_recipe(repo_root / "recipes" / "quickstart.yaml", ["--train_file", str(subset)]))
+
+
+# ------------------------------------------------------------------------------------------ end to end
+@pytest.mark.slow
+def test_end_to_end_run(tmp_path, base_values, senteval_dir, tiny_bert_dir, capsys):
+    """A 6-step SimCSE run: results.json/results.md with before/after rows for the 7 tasks, the best dev
+    checkpoint kept and saved, and the saved encoder reloading to the reported numbers."""
+    values = dict(
+        base_values, pooling="cls", head="mlp", head_at_inference=False, per_device_train_batch_size=4,
+        max_seq_length=16, num_train_epochs=1, eval_steps=3, save_steps=3, logging_steps=2, learning_rate="1e-3",
+        use_cpu=True, seed=0, per_device_eval_batch_size=16,
+    )
+    out = tmp_path / "out"
+    assert main([str(write_recipe(tmp_path, **values))]) == 0
+    printed = capsys.readouterr().out
+    assert "before training" in printed and "after training" in printed
+
+    results = json.loads((out / "results.json").read_text())
+    assert results["method"] == "simcse" and results["sts_mode"] == "all"
+    assert set(results["sts"]) == {"before", "after"}
+    for row in results["sts"].values():
+        assert set(row) == set(STS_TASKS) | {"Avg"}
+        assert all(math.isfinite(v) and -100 <= v <= 100 for v in row.values())
+        assert row["Avg"] == pytest.approx(sum(row[t] for t in STS_TASKS) / len(STS_TASKS))
+    assert results["train"]["global_step"] == 6
+    assert results["train"]["best_step"] in (3, 6)
+
+    table = (out / "results.md").read_text()
+    assert "| before training |" in table and "| after training |" in table and "`all`" in table
+    assert "STS-B" in table and "SICK-R" in table
+
+    reloaded = SentenceEncoder.from_pretrained(out)
+    assert reloaded.config.pooling == "cls" and reloaded.config.head == "mlp"
+    assert reloaded.config.head_at_inference is False
+    again = STSEvaluator(senteval_dir)(reloaded, batch_size=16)
+    for task, value in results["sts"]["after"].items():
+        assert again[task] == pytest.approx(value, abs=1e-6), task
+    # the saved encoder is the best dev checkpoint
+    dev = STSEvaluator(senteval_dir, tasks=("STSBenchmark",), split="dev")(reloaded)
+    assert dev["STSBenchmark"] == pytest.approx(results["train"]["best_dev_stsb_spearman"], abs=1e-6)
+    # and it was trained
+    initial = AutoModel.from_pretrained(str(tiny_bert_dir)).state_dict()
+    trained = reloaded.backbone.state_dict()
+    key = "encoder.layer.1.output.dense.weight"
+    assert not torch.equal(trained[key], initial[key])
+
+
+@pytest.mark.slow
+def test_end_to_end_supervised_with_cli_overrides(tmp_path, tiny_bert_dir, senteval_dir):
+    """simcse_sup on a sent0,sent1,hard_neg csv, with overrides from the command line; no evaluation."""
+    sentences = random_sentences(24, seed=5)
+    rows = ["sent0,sent1,hard_neg"] + [f"{sentences[i]},{sentences[i]} .,{sentences[12 + i]}" for i in range(12)]
+    (tmp_path / "nli.csv").write_text("\n".join(rows) + "\n")
+    recipe = write_recipe(
+        tmp_path, method="simcse_sup", model_name_or_path=str(tiny_bert_dir), train_file=str(tmp_path / "nli.csv"),
+        sts_data_dir=str(senteval_dir), output_dir=str(tmp_path / "sup"), per_device_train_batch_size=4,
+        eval_strategy='"no"', save_strategy='"no"', load_best_model_at_end=False, use_cpu=True,
+        eval_before_training=False, eval_tasks=[],
+    )
+    assert main([str(recipe), "--max_steps", "2", "--hard_negative_weight", "0.5"]) == 0
+    results = json.loads((tmp_path / "sup" / "results.json").read_text())
+    assert results["method"] == "simcse_sup"
+    assert results["train"]["global_step"] == 2
+    assert results["sts"] == {}
+    assert SentenceEncoder.from_pretrained(tmp_path / "sup").encode(["the cat"]).shape == (1, 32)
