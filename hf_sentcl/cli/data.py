@@ -28,10 +28,10 @@ from hf_sentcl.hub.download import (
     extraction_dir,
     hub_file_path,
     is_hub_uri,
-    offline,
     senteval_from_hub,
     snapshot_revision,
 )
+from hf_sentcl.hub.offline import is_offline
 
 PROG = "hf-sentcl data"
 
@@ -70,7 +70,7 @@ def hub_status(name: str, file: HubFile) -> str:
     """Where a Hub source is read from now: the cached file (and extracted folder), or what would happen."""
     local = cached_hub_file(file)
     if local is None:
-        if offline():
+        if is_offline():
             return f"not cached and HF_HUB_OFFLINE is set: unavailable (run `{PROG} download --what {name}` online)"
         return f"would download {hf_hub_url(file.repo_id, file.filename, repo_type='dataset', revision=file.revision)}"
     revision = snapshot_revision(local, file.filename)
@@ -78,7 +78,7 @@ def hub_status(name: str, file: HubFile) -> str:
     if is_archive(name, file):
         folder = extraction_dir(file, revision)
         status += f"\n    extracted {'at' if folder.is_dir() else 'on first use into'} {folder}"
-    if not offline():
+    if not is_offline():
         branch = file.revision or "main"
         status += f"\n    (online: '{branch}' is checked against the Hub first; a newer revision downloads)"
     return status
@@ -97,7 +97,7 @@ def senteval_status(data_dir: str | None, file: HubFile) -> str:
 
 
 def info(names: Sequence[str], revision: str | None, data_dir: str | None) -> None:
-    mode = "offline (HF_HUB_OFFLINE)" if offline() else f"online ({constants.ENDPOINT})"
+    mode = "offline (HF_HUB_OFFLINE)" if is_offline() else f"online ({constants.ENDPOINT})"
     print(f"Hugging Face cache: {constants.HF_HUB_CACHE}; {mode}")
     for name in names:
         file = source_file(name, revision)
@@ -138,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name in names:
             source_file(name, args.revision)
         if args.command == "download":
-            if args.force and offline():
+            if args.force and is_offline():
                 raise ValueError("--force downloads again, which HF_HUB_OFFLINE forbids; unset it.")
             download(names, args.revision, args.force)
         else:

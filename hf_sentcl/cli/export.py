@@ -17,8 +17,8 @@ from hf_sentcl.export.bundle import (
     find_results,
     load_checkpoint,
 )
-from hf_sentcl.export.card import load_results
 from hf_sentcl.export.plan import ExportError
+from hf_sentcl.export.results import load_results
 from hf_sentcl.export.verify import PROBE_SENTENCES
 from hf_sentcl.export.writer import check_export_target
 from hf_sentcl.hub.download import resolve_data_dir

@@ -13,9 +13,10 @@ from transformers import AutoConfig
 from hf_sentcl.common.layout import EXPORT_DIRNAME, MTEB_RESULTS_DIRNAME
 from hf_sentcl.evaluation.mteb import INSTALL_HINT, MtebScores, mteb_available
 from hf_sentcl.evaluation.plots import PLOTS_DIRNAME
-from hf_sentcl.export.card import hub_model_id, mteb_training_tasks, write_model_card
+from hf_sentcl.export.card import hub_model_id, write_model_card
 from hf_sentcl.export.mteb_files import write_mteb_results
 from hf_sentcl.export.plan import ExportError, ExportPlan
+from hf_sentcl.export.results import mteb_training_tasks
 from hf_sentcl.export.verify import PROBE_SENTENCES, verify_export
 from hf_sentcl.export.writer import staged_export, write_export
 from hf_sentcl.modeling import POOLING_MODES, SentenceEncoder, SentenceEncoderConfig

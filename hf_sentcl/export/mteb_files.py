@@ -58,15 +58,26 @@ def write_mteb_results(
     """
     if not mteb_available():
         raise ModuleNotFoundError(f"Writing MTEB result files needs the mteb package: {INSTALL_HINT}.")
-    import mteb
-    from mteb.models import ModelMeta
-    from mteb.results import TaskResult
-
     folder = Path(root) / RESULTS_DIRNAME / model_folder_name(name) / revision
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
     today = datetime.datetime.now(datetime.timezone.utc)
+    write_task_results(folder, scores, today)
+    meta = model_meta(
+        name, revision, today, export_dir,
+        max_tokens=max_tokens, embed_dim=embed_dim, adapted_from=adapted_from, training_tasks=training_tasks,
+    )
+    write_json(folder / "model_meta.json", meta.to_dict(), default=str)
+    check_mteb_folder(folder)
+    return folder
+
+
+def write_task_results(folder: Path, scores: MtebScores, date: datetime.datetime) -> None:
+    """One `{TASK}.json` per scored STS task, built with mteb's `TaskResult` (scores on mteb's 0-1 scale)."""
+    import mteb
+    from mteb.results import TaskResult
+
     for task, (_dataset, task_name, _revision) in MTEB_STS_DATASETS.items():
         if task not in scores.scores:
             continue
@@ -75,15 +86,31 @@ def write_mteb_results(
             mteb.get_task(task_name),
             {"test": {"default": {"cosine_spearman": value, "spearman": value, "main_score": value}}},
             evaluation_time=scores.seconds.get(task),
-            date=today,
+            date=date,
         )
-        write_json(folder / f"{task_name}.json", {**result.to_dict(), "date": today.timestamp()})
+        write_json(folder / f"{task_name}.json", {**result.to_dict(), "date": date.timestamp()})
+
+
+def model_meta(
+    name: str,
+    revision: str,
+    date: datetime.datetime,
+    export_dir: str | os.PathLike,
+    *,
+    max_tokens: int,
+    embed_dim: int,
+    adapted_from: str | None,
+    training_tasks: set[str] | None,
+):
+    """mteb's `ModelMeta` of the exported model: size and memory read from its weights, cosine similarity."""
+    from mteb.models import ModelMeta
+
     n_parameters, memory_mb = parameter_count(export_dir)
-    meta = ModelMeta(
+    return ModelMeta(
         loader=None,  # mteb saves a loader as its name, which ModelMeta.model_validate rejects on reading
         name=name,
         revision=revision,
-        release_date=today.date().isoformat(),
+        release_date=date.date().isoformat(),
         languages=["eng-Latn"],
         n_parameters=n_parameters,
         memory_usage_mb=memory_mb,
@@ -100,9 +127,6 @@ def write_mteb_results(
         training_datasets=training_tasks,
         adapted_from=adapted_from,
     )
-    write_json(folder / "model_meta.json", meta.to_dict(), default=str)
-    check_mteb_folder(folder)
-    return folder
 
 
 def check_mteb_folder(folder: str | os.PathLike) -> list[str]:

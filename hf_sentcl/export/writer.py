@@ -1,4 +1,31 @@
-"""Writing an export folder: the backbone's files, the sentence-transformers modules, staged then moved."""
+"""Export an encoder as a plain Hugging Face model that `AutoModel` and `SentenceTransformer` load.
+
+    hf-sentcl export ENCODER OUT [--results FILE] [--mteb-results DIR] [--repo-id ORG/NAME] [--overwrite]
+
+ENCODER is a saved `SentenceEncoder` (a run's output_dir or a checkpoint-N folder) or any backbone (a path, a Hub
+id or `embedded:all-MiniLM-L6-v2`) with `--pooling`. The export folder holds:
+
+- the backbone's own `save_pretrained` files (`config.json` with e.g. `architectures: ["BertModel"]`,
+  `model.safetensors`) and the tokenizer, so `AutoModel.from_pretrained(OUT)` works without `trust_remote_code`;
+- the sentence-transformers modules (`Transformer`, `Pooling`, and `WeightedLayerPooling` for layer averages,
+  `Dense` for a head used at inference), built as sentence-transformers modules and written by its own `save`;
+- `README.md`, the model card (`hf_sentcl.export.card`), from a run's results.json or `hf-sentcl evaluate`'s JSON.
+
+How each setting of `SentenceEncoderConfig` is exported (only the eval-mode behaviour matters):
+
+- `pooling_layer` other than the last layer (cls/mean/max): the backbone is truncated to that many layers, so
+  hidden state k is its last hidden state and both loaders read it as `last_hidden_state` (0 = embeddings only).
+- `first_last_avg` / `last2_avg`: `output_hidden_states: true` is set in `config.json` and a `WeightedLayerPooling`
+  (weights 1 on the two averaged layers, 0 elsewhere) precedes mean pooling.
+- a head active at inference (`head_at_inference` with `mlp`, i.e. Linear + tanh): a `Dense` module with `Tanh`.
+  With `cls` pooling on a backbone whose pooler is dense + tanh on the first token (BERT, RoBERTa, ...) the head
+  is also folded into that pooler, as SimCSE does, so `AutoModel(...).pooler_output` is the embedding.
+- training-only parts (a head not used at inference, frozen copies, projectors kept by trainers) are left out.
+
+The export is built in a temporary folder beside OUT, checked (both loaders reproduce `SentenceEncoder.encode`
+on probe sentences, with finite, non-collapsed embeddings), and only then moved to OUT; an earlier export in OUT
+is replaced (with `--overwrite`) only after the new one passed, so a failure leaves it untouched.
+"""
 
 from __future__ import annotations
 
@@ -22,7 +49,6 @@ logger = logging.getLogger("hf_sentcl")
 
 
 
-__all__ = ["ExportError", "ExportPlan", "export_encoder", "export_run", "plan_export", "verify_export"]
 
 
 # ------------------------------------------------------------------------------------------------ writing

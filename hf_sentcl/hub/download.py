@@ -35,6 +35,8 @@ from huggingface_hub.errors import (
 from huggingface_hub.file_download import repo_folder_name
 from huggingface_hub.utils import validate_repo_id
 
+from hf_sentcl.hub.offline import is_offline
+
 DATA_ENV_VAR = "HF_SENTCL_DATA"
 
 
@@ -146,11 +148,6 @@ def is_hub_uri(value: object) -> bool:
     return isinstance(value, str) and value.startswith(URI_PREFIX)
 
 
-def offline() -> bool:
-    """huggingface_hub's offline mode (HF_HUB_OFFLINE, read when huggingface_hub was imported)."""
-    return constants.is_offline_mode()
-
-
 def hub_file_path(file: HubFile, what: str, force: bool = False, hint: str | None = None) -> Path:
     """The local path of `file` in the Hugging Face cache, downloaded first when needed and allowed.
 
@@ -162,7 +159,7 @@ def hub_file_path(file: HubFile, what: str, force: bool = False, hint: str | Non
             file.repo_id, file.filename, repo_type="dataset", revision=file.revision, force_download=force
         )
     except LocalEntryNotFoundError:
-        reason = "HF_HUB_OFFLINE is set" if offline() else "the Hub could not be reached"
+        reason = "HF_HUB_OFFLINE is set" if is_offline() else "the Hub could not be reached"
         if hint is None:
             hint = (f"Fetch it once on a machine with network and the same HF_HOME (hf-sentcl data download "
                     f"--what {file}), or give a local file instead.")

@@ -8,7 +8,6 @@ The token is never taken as an argument, logged or written: `huggingface_hub` re
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,8 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS, filter_repo_objects, validate_repo_id
+
+from hf_sentcl.hub.offline import is_offline
 
 REQUIRED_EXPORT_FILES = ("config.json", "modules.json", "README.md")
 
@@ -90,17 +91,13 @@ def check_hub_settings(args) -> None:
 def check_push_possible(repo_id: str | None, key: str = "hub_model_id") -> None:
     """Fail before training when a push at the end could not work: bad repo id, offline mode, or no token."""
     check_repo_id(repo_id, key)
-    if _offline():
+    if is_offline():
         raise HubError("push_to_hub is set but HF_HUB_OFFLINE=1: pushing needs the network. Unset HF_HUB_OFFLINE.")
     if get_token() is None:
         raise HubError(
             "push_to_hub is set but no Hugging Face token was found: run `hf auth login` or set HF_TOKEN "
             "(never put the token in the recipe)."
         )
-
-
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def upload_plan(folder: str | Path) -> list[UploadFile]:

@@ -14,8 +14,8 @@ from transformers import AutoConfig, AutoModel
 
 from hf_sentcl import SentenceEncoder
 from hf_sentcl.cli.export import main
-from hf_sentcl.export.card import transformers_snippet
 from hf_sentcl.export.plan import ExportError, plan_export
+from hf_sentcl.export.snippets import transformers_snippet
 from hf_sentcl.export.verify import verify_export
 from hf_sentcl.export.writer import export_encoder
 

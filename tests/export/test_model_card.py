@@ -15,9 +15,10 @@ from safetensors.torch import save_file
 
 from hf_sentcl.evaluation.mteb import MTEB_STS_DATASETS, MtebScores, mteb_sts_scores
 from hf_sentcl.evaluation.sts import STS_TASKS, STSEvaluator
-from hf_sentcl.export.card import dev_curve_table, load_results, render_model_card, write_model_card
+from hf_sentcl.export.card import dev_curve_table, render_model_card, write_model_card
 from hf_sentcl.export.mteb_files import check_mteb_folder, rekey_mteb_results, write_mteb_results
 from hf_sentcl.export.plan import ExportPlan
+from hf_sentcl.export.results import load_results
 from hf_sentcl.recipe.metadata import non_default_settings
 from hf_sentcl.recipe.parser import parse_recipe
 

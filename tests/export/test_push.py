@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import httpx2
 import pytest
 import torch
+from huggingface_hub import constants
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled, RepositoryNotFoundError
 
 from hf_sentcl import SentenceEncoder
@@ -183,7 +184,7 @@ def test_recipe_hub_settings_checked_before_training(tmp_path, monkeypatch, repo
         validate_recipe(recipe("--push_to_hub", "true", "--hub_model_id", "me/enc"))
     with pytest.raises(RecipeError, match="keep tokens out of recipes"):
         validate_recipe(recipe("--hub_token", FAKE_TOKEN))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)  # what huggingface_hub read at import decides
     monkeypatch.setattr("hf_sentcl.hub.upload.get_token", lambda: None)
     with pytest.raises(HubError, match="no Hugging Face token"):
         check_hub_settings(recipe("--push_to_hub", "true", "--hub_model_id", "me/enc").training)

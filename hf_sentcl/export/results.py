@@ -1,0 +1,156 @@
+"""The results a model card is written from: a run's results.json or `hf-sentcl evaluate --output`, read, checked
+and brought to one shape (`load_results`), and what they say about the model's Hub id and training data."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+from hf_sentcl.evaluation.mteb import MTEB_STS_DATASETS
+from hf_sentcl.evaluation.report import (
+    RUN_LABELS,
+    read_json,
+)
+from hf_sentcl.evaluation.sts import STS_TASKS
+from hf_sentcl.evaluation.transfer import TRANSFER_TASKS
+from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS
+
+#: the label of the one row of results from `hf-sentcl evaluate`
+EVALUATED = "evaluated"
+
+
+ROW_LABELS = {**RUN_LABELS, EVALUATED: "this model"}
+
+
+#: results.json keys the card reads (the rest, e.g. loss curves, stays out of the export)
+CARD_KEYS = (
+    "source", "method", "model_name_or_path", "pooling", "sts_mode", "sick_split", "sts", "transfer", "mteb_sts",
+    "mteb_sts_seconds", "train", "recipe_settings", "training_data", "precision", "versions",
+)
+
+
+# Published training corpora recognised by file name (train_file) -> their Hub dataset.
+KNOWN_TRAIN_FILES = {
+    "wiki1m_for_simcse.txt": "princeton-nlp/datasets-for-simcse",
+    "wiki1m_subset.txt": "princeton-nlp/datasets-for-simcse",
+    "nli_for_simcse.csv": "princeton-nlp/datasets-for-simcse",
+}
+
+
+# unlabeled_sts setting -> the STS tasks whose texts were trained on ("all-scored": the scored pairs only)
+UNLABELED_STS_TASKS = {
+    "stsb": ["STSBenchmark"], "all": list(MTEB_STS_DATASETS), "all-scored": list(MTEB_STS_DATASETS),
+}
+
+
+# ------------------------------------------------------------------------------------------------ results files
+def _check_scores(path: Path, where: str, scores: Any, known: Sequence[str]) -> dict[str, float]:
+    """`scores` as {task: finite number}, with at least one task of `known`; ValueError naming the file if not."""
+    if not isinstance(scores, Mapping) or not any(t in scores for t in known):
+        raise ValueError(f"Results file '{path}': {where} holds none of the tasks {', '.join(known)}.")
+    bad = {k: v for k, v in scores.items() if not isinstance(v, (int, float)) or not math.isfinite(v)}
+    if bad:
+        raise ValueError(f"Results file '{path}': {where} has scores that are not finite numbers: {bad}.")
+    return {k: float(v) for k, v in scores.items()}
+
+
+def _from_evaluate(path: Path, raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The output of `hf-sentcl evaluate --output` in the shape of a run's results (one row)."""
+    results: dict[str, Any] = {
+        "source": "evaluate",
+        "model_name_or_path": raw["model"],
+        "pooling": raw.get("pooling"),
+        "sts_mode": raw.get("sts_mode", "all"),
+        "sick_split": raw.get("sick_split", "test"),
+    }
+    if "sts" in raw["tasks"]:
+        sts = {k: v for k, v in raw.items() if k in (*STS_TASKS, "Avg")}
+        results["sts"] = {EVALUATED: _check_scores(path, "the STS scores", sts, STS_TASKS)}
+    if "transfer" in raw["tasks"]:
+        results["transfer"] = {EVALUATED: _check_scores(path, "key 'transfer'", raw.get("transfer"), TRANSFER_TASKS)}
+    return results
+
+
+def _from_run(path: Path, raw: Mapping[str, Any]) -> dict[str, Any]:
+    """A run's results.json, checked, with only the keys the card reads."""
+    results = {k: raw[k] for k in CARD_KEYS if k in raw}
+    for key, known in (("sts", STS_TASKS), ("transfer", TRANSFER_TASKS)):
+        rows = results.get(key) or {}
+        if not isinstance(rows, Mapping):
+            raise ValueError(f"Results file '{path}': key '{key}' should map run labels to scores.")
+        flat = rows and not all(isinstance(v, Mapping) for v in rows.values())  # {task: acc}, as older runs wrote
+        rows = {EVALUATED: rows} if flat else rows
+        results[key] = {label: _check_scores(path, f"key '{key}.{label}'", v, known) for label, v in rows.items()}
+        if not results[key]:
+            del results[key]
+    if results.get("mteb_sts"):
+        results["mteb_sts"] = _check_scores(path, "key 'mteb_sts'", results["mteb_sts"], STS_TASKS)
+    return results
+
+
+def load_results(path: str | os.PathLike) -> dict[str, Any]:
+    """Read the results a card is written from: a run's `results.json` or the JSON of `hf-sentcl evaluate
+    --output` (STS and/or transfer). Both come back in the run's shape: `sts`/`transfer` map a row label
+    (`before`, `after` or `evaluated`) to scores. ValueError saying why for a file that holds no usable scores.
+    """
+    path = Path(path)
+    raw = read_json(path)
+    if not isinstance(raw, dict):
+        raise ValueError(f"Results file '{path}' holds a JSON {type(raw).__name__}, not an object of results.")
+    if "model" in raw and "tasks" in raw:
+        results = _from_evaluate(path, raw)
+    elif "sts" in raw or "method" in raw:
+        results = _from_run(path, raw)
+    else:
+        raise ValueError(
+            f"Results file '{path}' is neither a run's results.json (keys 'method', 'sts') nor the output of "
+            "`hf-sentcl evaluate --output` (keys 'model', 'tasks'); its keys are "
+            f"{sorted(raw)[:8]}."
+        )
+    if not any(results.get(k) for k in ("sts", "transfer", "mteb_sts")):
+        raise ValueError(
+            f"Results file '{path}' holds no STS or transfer scores, so the card would have no results; evaluate "
+            "the model (`hf-sentcl evaluate ... --output FILE`) and pass that file with --results."
+        )
+    return results
+
+
+def hub_model_id(name_or_path: str | None) -> str | None:
+    """The Hub id of a base model name (the embedded alias maps to its Hub original); None for local paths."""
+    if not name_or_path:
+        return None
+    if name_or_path == EMBEDDED_MODEL_ALIAS:
+        return "sentence-transformers/all-MiniLM-L6-v2"
+    if name_or_path.startswith((".", "/", "~")) or Path(name_or_path).exists():
+        return None
+    try:
+        validate_repo_id(name_or_path)
+    except HFValidationError:
+        return None
+    return name_or_path
+
+
+def training_datasets(results: Mapping[str, Any]) -> list[str] | None:
+    """Hub dataset ids of the training data, where they are known."""
+    data = results.get("training_data") or {}
+    if data.get("source") == "dataset_name":
+        return [data["name"]]
+    if data.get("source") == "unlabeled_sts":
+        tasks = UNLABELED_STS_TASKS.get(data.get("name"), [])
+        return [MTEB_STS_DATASETS[t][0] for t in tasks] or None
+    if data.get("source") == "train_file" and data.get("name") in KNOWN_TRAIN_FILES:
+        return [KNOWN_TRAIN_FILES[data["name"]]]
+    return None
+
+
+def mteb_training_tasks(results: Mapping[str, Any]) -> set[str] | None:
+    """The MTEB task names whose texts the model was trained on (MTEB's `training_datasets`), where known."""
+    data = results.get("training_data") or {}
+    if data.get("source") != "unlabeled_sts":
+        return None
+    return {MTEB_STS_DATASETS[t][1] for t in UNLABELED_STS_TASKS.get(data.get("name"), [])} or None
