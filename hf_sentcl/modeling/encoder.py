@@ -17,7 +17,7 @@ from transformers.utils import ModelOutput
 from hf_sentcl.modeling.backbone import resolve_model_name
 from hf_sentcl.modeling.config import SentenceEncoderConfig
 from hf_sentcl.modeling.heads import MLPHead
-from hf_sentcl.modeling.pooling import Pooling, pool
+from hf_sentcl.modeling.pooling import Pooling, pool, pooling_mode
 
 MAX_DEFAULT_SEQ_LENGTH = 512
 
@@ -166,6 +166,36 @@ class SentenceEncoder(PreTrainedModel):
         if self.tokenizer is not None:
             limits.append(self.tokenizer.model_max_length)
         return min(limits)
+
+    # ---------------------------------------------------------------- weights training never reaches
+    def transformer_layers(self) -> nn.ModuleList | None:
+        """The backbone's stack of transformer layers (the ModuleList with num_hidden_layers entries), or None."""
+        count = getattr(self.config.backbone_config, "num_hidden_layers", None)
+        return next(
+            (m for m in self.backbone.modules() if isinstance(m, nn.ModuleList) and len(m) == count), None
+        )
+
+    def unreached_modules(self) -> dict[str, nn.Module]:
+        """Modules the training forward never uses, so they never get a gradient: the layers above `pooling_layer`
+        (when the training pooling reads one layer), and the head with `cls_before_pooler` (which skips it)."""
+        unreached: dict[str, nn.Module] = {}
+        pooling = self.config.active_pooling(training=True)
+        if self.head is not None and pooling == Pooling.CLS_BEFORE_POOLER:
+            unreached["head"] = self.head
+        layers = self.transformer_layers()
+        if layers is not None and self.config.needs_all_hidden_states(pooling):
+            if pooling_mode(pooling).averaged_state is None:  # one state read: the layers above it are unused
+                read = self.config.pooling_layer % (len(layers) + 1)
+                unreached.update({f"layer {i}": layers[i] for i in range(read, len(layers))})
+        return unreached
+
+    def freeze_unreached(self) -> list[str]:
+        """Freeze `unreached_modules` (they would not train anyway: no gradient, so AdamW skips them); DDP without
+        its unused-parameter search needs every trainable weight to get a gradient every step. Returns their names."""
+        unreached = self.unreached_modules()
+        for module in unreached.values():
+            module.requires_grad_(False)
+        return list(unreached)
 
     # ---------------------------------------------------------------- forward
     def head_active(self, pooling: str) -> bool:

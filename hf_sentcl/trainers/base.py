@@ -76,6 +76,8 @@ def freeze_backbone_pooler(encoder: nn.Module) -> None:
     pooler = getattr(getattr(encoder, "backbone", None), "pooler", None)
     if isinstance(pooler, nn.Module):
         pooler.requires_grad_(False)
+    if callable(freeze_unreached := getattr(encoder, "freeze_unreached", None)):
+        freeze_unreached()  # layers above pooling_layer, a head that cls_before_pooler skips
 
 
 @dataclass
