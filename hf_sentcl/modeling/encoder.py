@@ -183,10 +183,10 @@ class SentenceEncoder(PreTrainedModel):
         if self.head is not None and pooling == Pooling.CLS_BEFORE_POOLER:
             unreached["head"] = self.head
         layers = self.transformer_layers()
-        if layers is not None and self.config.needs_all_hidden_states(pooling):
-            if pooling_mode(pooling).averaged_state is None:  # one state read: the layers above it are unused
-                read = self.config.pooling_layer % (len(layers) + 1)
-                unreached.update({f"layer {i}": layers[i] for i in range(read, len(layers))})
+        # one state read (not a layer average): the layers above it are unused
+        if layers is not None and pooling_mode(pooling).averaged_state is None:
+            read = self.config.pooling_layer % (len(layers) + 1)
+            unreached.update({f"layer {i}": layers[i] for i in range(read, len(layers))})
         return unreached
 
     def freeze_unreached(self) -> list[str]:
