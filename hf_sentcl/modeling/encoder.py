@@ -74,6 +74,23 @@ class SentenceEncoder(PreTrainedModel):
             from hf_sentcl.modeling.peft import wrap_backbone
 
             self.backbone = wrap_backbone(self.backbone, config.peft)
+        self._no_split_modules = self.layer_unit_classes()
+
+    def get_input_embeddings(self) -> nn.Module:
+        """The backbone's token-embedding table (accelerate's FSDP preparation gives it a shard unit of its own)."""
+        return self.backbone.get_input_embeddings()
+
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        self.backbone.set_input_embeddings(value)
+
+    def layer_unit_classes(self) -> set[str]:
+        """The backbone's `_no_split_modules` (FSDP's per-layer shard units, e.g. BertLayer) without the classes that
+        hold the token-embedding table (BertEmbeddings): accelerate shards that table as a unit of its own after the
+        layer units, so a unit around it too would shard the table twice."""
+        names = set(self._no_split_modules or ())
+        embedding = self.backbone.get_input_embeddings()
+        holders = {type(m).__name__ for m in self.modules() if any(c is embedding for c in m.modules())}
+        return names - holders
 
     def _init_weights(self, module: nn.Module) -> None:
         if self.head is not None and module is self.head.dense:
