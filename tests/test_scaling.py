@@ -51,6 +51,7 @@ def write_recipe(tmp_path: Path, tiny_bert_dir, senteval_dir, **overrides) -> Pa
         # Adam turns a gradient element that is pure rounding noise (~1e-9, e.g. an embedding row no sentence uses)
         # into a full learning-rate step of random sign; 1e-6 damps those, so 1 and 2 processes stay within 1e-5
         adam_epsilon="1e-6",
+        pad_to_multiple_of=16,  # every batch padded alike on 1 and 2 processes (same summation shapes)
     )
     values.update(overrides)
     recipe = tmp_path / "recipe.yaml"
