@@ -24,3 +24,16 @@ def gather_with_grad(local: torch.Tensor, dim: int = 0) -> torch.Tensor:
     dist.all_gather(slices, local.contiguous())
     slices[dist.get_rank()] = local
     return torch.cat(slices, dim=dim)
+
+
+def mean_over_processes(value: torch.Tensor) -> torch.Tensor:
+    """The mean of `value` over every process (`value` itself outside a process group); every process must call it.
+
+    Logged loss components computed from one process's examples (a masked-LM or NLI loss) then describe the global
+    batch, as the Trainer's own logged loss does."""
+    size = world_size()
+    if size == 1:
+        return value
+    total = value.detach().clone()
+    dist.all_reduce(total, op=dist.ReduceOp.SUM)
+    return total / size

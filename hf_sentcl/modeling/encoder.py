@@ -17,7 +17,7 @@ from transformers.utils import ModelOutput
 from hf_sentcl.modeling.backbone import resolve_model_name
 from hf_sentcl.modeling.config import SentenceEncoderConfig
 from hf_sentcl.modeling.heads import MLPHead
-from hf_sentcl.modeling.pooling import Pooling, pool
+from hf_sentcl.modeling.pooling import Pooling, pool, pooling_mode
 
 MAX_DEFAULT_SEQ_LENGTH = 512
 
@@ -74,6 +74,23 @@ class SentenceEncoder(PreTrainedModel):
             from hf_sentcl.modeling.peft import wrap_backbone
 
             self.backbone = wrap_backbone(self.backbone, config.peft)
+        self._no_split_modules = self.layer_unit_classes()
+
+    def get_input_embeddings(self) -> nn.Module:
+        """The backbone's token-embedding table (accelerate's FSDP preparation gives it a shard unit of its own)."""
+        return self.backbone.get_input_embeddings()
+
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        self.backbone.set_input_embeddings(value)
+
+    def layer_unit_classes(self) -> set[str]:
+        """The backbone's `_no_split_modules` (FSDP's per-layer shard units, e.g. BertLayer) without the classes that
+        hold the token-embedding table (BertEmbeddings): accelerate shards that table as a unit of its own after the
+        layer units, so a unit around it too would shard the table twice."""
+        names = set(self._no_split_modules or ())
+        embedding = self.backbone.get_input_embeddings()
+        holders = {type(m).__name__ for m in self.modules() if any(c is embedding for c in m.modules())}
+        return names - holders
 
     def _init_weights(self, module: nn.Module) -> None:
         if self.head is not None and module is self.head.dense:
@@ -166,6 +183,36 @@ class SentenceEncoder(PreTrainedModel):
         if self.tokenizer is not None:
             limits.append(self.tokenizer.model_max_length)
         return min(limits)
+
+    # ---------------------------------------------------------------- weights training never reaches
+    def transformer_layers(self) -> nn.ModuleList | None:
+        """The backbone's stack of transformer layers (the ModuleList with num_hidden_layers entries), or None."""
+        count = getattr(self.config.backbone_config, "num_hidden_layers", None)
+        return next(
+            (m for m in self.backbone.modules() if isinstance(m, nn.ModuleList) and len(m) == count), None
+        )
+
+    def unreached_modules(self) -> dict[str, nn.Module]:
+        """Modules the training forward never uses, so they never get a gradient: the layers above `pooling_layer`
+        (when the training pooling reads one layer), and the head with `cls_before_pooler` (which skips it)."""
+        unreached: dict[str, nn.Module] = {}
+        pooling = self.config.active_pooling(training=True)
+        if self.head is not None and pooling == Pooling.CLS_BEFORE_POOLER:
+            unreached["head"] = self.head
+        layers = self.transformer_layers()
+        # one state read (not a layer average): the layers above it are unused
+        if layers is not None and pooling_mode(pooling).averaged_state is None:
+            read = self.config.pooling_layer % (len(layers) + 1)
+            unreached.update({f"layer {i}": layers[i] for i in range(read, len(layers))})
+        return unreached
+
+    def freeze_unreached(self) -> list[str]:
+        """Freeze `unreached_modules` (they would not train anyway: no gradient, so AdamW skips them); DDP without
+        its unused-parameter search needs every trainable weight to get a gradient every step. Returns their names."""
+        unreached = self.unreached_modules()
+        for module in unreached.values():
+            module.requires_grad_(False)
+        return list(unreached)
 
     # ---------------------------------------------------------------- forward
     def head_active(self, pooling: str) -> bool:

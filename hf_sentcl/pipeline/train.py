@@ -29,6 +29,7 @@ from hf_sentcl.modeling.peft import merge_adapters, parameter_counts, save_adapt
 from hf_sentcl.pipeline.build import build_encoder, build_train_dataset
 from hf_sentcl.recipe.checks import checked
 from hf_sentcl.recipe.metadata import run_metadata
+from hf_sentcl.recipe.parallelism import describe_parallelism, effective_parallelism
 from hf_sentcl.recipe.parser import Recipe
 
 logger = logging.getLogger("hf_sentcl")
@@ -91,6 +92,7 @@ def run_stage(recipe: Recipe) -> dict[str, Any]:
     """One training run of an already checked recipe (or stage); returns its results dict (written to disk)."""
     set_seed(recipe.training.seed)
     stage = build_stage(recipe)
+    state_parallelism(stage)
     parameters = parameter_counts(stage.trainer.model)
     scores = evaluate_before(stage)
     train_output = stage.trainer.train(resume_from_checkpoint=stage.args.resume_from_checkpoint)
@@ -103,6 +105,12 @@ def run_stage(recipe: Recipe) -> dict[str, Any]:
         report(stage, encoder, scores, results)
         results["export"] = publish_run(encoder, results, stage.args)
     return results
+
+
+def state_parallelism(stage: Stage) -> None:
+    """Say in the log (process 0) what the run trains on: processes, DDP/FSDP/ZeRO stage, precision."""
+    if stage.trainer.is_world_process_zero():
+        print(describe_parallelism(effective_parallelism(stage.trainer)), flush=True)
 
 
 def build_stage(recipe: Recipe) -> Stage:
@@ -217,7 +225,9 @@ def score_results(stage: Stage, encoder: SentenceEncoder, scores: dict[str, Suit
 def report(stage: Stage, encoder: SentenceEncoder, scores: dict[str, SuiteResults], results: dict[str, Any]) -> None:
     """Add the run's metadata and plots to `results`, write results.json/.md and print the table."""
     recipe, args = stage.recipe, stage.args
-    results.update(run_metadata(recipe, encoder, stage.num_examples, stage.num_views))
+    results.update(run_metadata(
+        recipe, encoder, stage.num_examples, stage.num_views, effective_parallelism(stage.trainer)
+    ))
     results["plots"] = write_run_plots(
         args.output_dir, stage.trainer.state.log_history,
         {RUN_LABELS[k]: r.stsb_predictions for k, r in scores.items() if r.stsb_predictions},

@@ -12,6 +12,7 @@ from hf_sentcl.hub.download import resolve_data_dir
 from hf_sentcl.hub.upload import HubError, check_hub_settings
 from hf_sentcl.methods import get_method
 from hf_sentcl.modeling.backbone import BackboneError, backbone_config, max_sequence_length
+from hf_sentcl.recipe.parallelism import check_topology
 from hf_sentcl.recipe.parser import Recipe, RecipeError
 from hf_sentcl.recipe.run_folder import check_run_folder
 
@@ -21,6 +22,7 @@ def validate_recipe(recipe: Recipe) -> None:
     # TrainingArguments would quietly fall back to ./trainer_output; a run's results belong somewhere named.
     if "output_dir" not in recipe.explicit_keys or not recipe.training.output_dir:
         raise RecipeError(f"{recipe.source}: key 'output_dir' is missing (where results and the encoder go).")
+    check_topology(recipe)  # a launch the hardware or the method cannot honour is refused first
     negatives_batch = recipe.training.per_device_train_batch_size * max(recipe.training.world_size, 1)
     if negatives_batch < 2:
         raise RecipeError(

@@ -131,8 +131,11 @@ def library_versions() -> dict[str, str]:
     return {name: v for name in VERSIONED_PACKAGES if (v := package_version(name))}
 
 
-def run_metadata(recipe: Recipe, encoder, num_examples: int, num_views: int) -> dict[str, Any]:
-    """What the card needs beyond the scores, collected at the end of a run (stored in results.json)."""
+def run_metadata(
+    recipe: Recipe, encoder, num_examples: int, num_views: int, parallelism: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """What the card needs beyond the scores, collected at the end of a run (stored in results.json); `parallelism`
+    is `hf_sentcl.recipe.parallelism.effective_parallelism` of the run's trainer."""
     spec = get_method(recipe.method)
     columns = (spec.text_columns + spec.optional_text_columns)[:num_views]
     return {
@@ -140,4 +143,5 @@ def run_metadata(recipe: Recipe, encoder, num_examples: int, num_views: int) -> 
         "training_data": training_data_summary(recipe, num_examples, columns),
         "precision": precision_summary(recipe, str(next(encoder.parameters()).dtype)),
         "versions": library_versions(),
+        **({"parallelism": parallelism} if parallelism is not None else {}),
     }

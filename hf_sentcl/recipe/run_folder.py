@@ -33,13 +33,32 @@ LATEST = ("latest", "true")
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 
+_DEEPSPEED_STATE = re.compile(r"^global_step\d+$")
+
+
 def missing_checkpoint_files(checkpoint: Path) -> list[str]:
-    """What an exact resume needs and `checkpoint` lacks (empty when it is complete)."""
+    """What an exact resume needs and `checkpoint` lacks (empty when it is complete).
+
+    Accepts every layout the Trainer writes: DDP/one process (`optimizer.pt`, `scheduler.pt`, `model.safetensors`),
+    DeepSpeed (a `global_stepN/` folder holding the weights, optimizer and scheduler states of every process, plus
+    `scheduler.pt` when the Trainer's own scheduler is used) and FSDP (`optimizer.bin` for a full state dict, an
+    `optimizer_0/` folder for a sharded one; the weights as `pytorch_model_fsdp*.bin` or `pytorch_model_fsdp_0/`).
+    """
     names = {p.name for p in checkpoint.iterdir()} if checkpoint.is_dir() else set()
-    missing = [n for n in ("trainer_state.json", "optimizer.pt", "scheduler.pt") if n not in names]
+    folders = {n for n in names if (checkpoint / n).is_dir()}
+    deepspeed = any(_DEEPSPEED_STATE.match(n) for n in folders)
+    fsdp_sharded = any(n.startswith("pytorch_model_fsdp") for n in folders)
+    missing = [] if "trainer_state.json" in names else ["trainer_state.json"]
+    if not (deepspeed or names & {"optimizer.pt", "optimizer.bin"} or any(n.startswith("optimizer_") for n in folders)):
+        missing.append("optimizer.pt (or DeepSpeed's global_stepN/, FSDP's optimizer.bin / optimizer_0/)")
+    if "scheduler.pt" not in names and not deepspeed:
+        missing.append("scheduler.pt")
     if not any(n.startswith("rng_state") and n.endswith(".pth") for n in names):
         missing.append("rng_state*.pth")
-    if not any(n.endswith((".safetensors", ".bin")) and not n.startswith(("optimizer", "rng_state")) for n in names):
+    weights = any(
+        n.endswith((".safetensors", ".bin")) and not n.startswith(("optimizer", "rng_state")) for n in names - folders
+    )
+    if not (weights or deepspeed or fsdp_sharded):
         missing.append("model weights (model.safetensors)")
     if CHECKPOINT_COMPLETE not in names:
         missing.append(f"{CHECKPOINT_COMPLETE} (the completion mark: the checkpoint was cut off while being written)")

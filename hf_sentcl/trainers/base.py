@@ -45,7 +45,7 @@ from torch import nn
 from transformers import Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from hf_sentcl.common.distributed import gather_with_grad, world_size
+from hf_sentcl.common.distributed import gather_with_grad, mean_over_processes, world_size
 from hf_sentcl.evaluation.alignment import sts_alignment_uniformity
 from hf_sentcl.evaluation.sts import STSEvaluator
 from hf_sentcl.modeling.fast_dropout import use_fast_dropout
@@ -76,6 +76,8 @@ def freeze_backbone_pooler(encoder: nn.Module) -> None:
     pooler = getattr(getattr(encoder, "backbone", None), "pooler", None)
     if isinstance(pooler, nn.Module):
         pooler.requires_grad_(False)
+    if callable(freeze_unreached := getattr(encoder, "freeze_unreached", None)):
+        freeze_unreached()  # layers above pooling_layer, a head that cls_before_pooler skips
 
 
 @dataclass
@@ -287,7 +289,7 @@ class ContrastiveTrainer(Trainer):
         if "loss" in logs and self._metrics:
             for key, values in self._metrics.items():
                 if key.startswith("train/"):
-                    logs[key.removeprefix("train/")] = torch.stack(values).float().mean().item()
+                    logs[key.removeprefix("train/")] = mean_over_processes(torch.stack(values).float().mean()).item()
             self._metrics.clear()
         super().log(logs, start_time)
 

@@ -369,3 +369,22 @@ def test_help_without_method_lists_methods(capsys):
 def test_help_for_unknown_method_is_an_error(capsys):
     code, text = help_text(["--method", "simcsf", "--help"], capsys)
     assert code == 2 and "unknown method 'simcsf'" in text and "Traceback" not in text
+
+
+# consert_bert_sup_unsup keeps a per-device batch: its supervised_batch_size is per device too
+PAPER_RECIPES = [p for p in RECIPES if ("_bert" in p.stem or "_roberta" in p.stem) and p.stem != "consert_bert_sup_unsup"]
+
+
+@pytest.mark.parametrize("recipe", PAPER_RECIPES, ids=[p.stem for p in PAPER_RECIPES])
+def test_paper_recipes_state_the_global_batch(recipe, monkeypatch, tmp_path):
+    """The papers' batch is a global batch: BERT/RoBERTa paper recipes set global_train_batch_size (not a per-device
+    batch that 8 processes would multiply by 8), so one process trains on all of it and N processes on 1/N each."""
+    from hf_sentcl.configs.arguments import per_device_batch_size
+
+    monkeypatch.setenv("HF_SENTCL_DATA", str(tmp_path / "senteval"))
+    parsed = parse_recipe(recipe)
+    assert "per_device_train_batch_size" not in parsed.explicit_keys
+    global_batch = parsed.training.global_train_batch_size
+    assert global_batch is not None and parsed.training.per_device_train_batch_size == global_batch
+    assert per_device_batch_size(global_batch, 8 if global_batch % 8 == 0 else 2) * (
+        8 if global_batch % 8 == 0 else 2) == global_batch

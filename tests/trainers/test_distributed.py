@@ -6,9 +6,12 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from hf_sentcl.common.distributed import gather_with_grad, world_size
+from types import SimpleNamespace
+
+from hf_sentcl.common.distributed import gather_with_grad, mean_over_processes, world_size
 from hf_sentcl.losses import info_nce
 from hf_sentcl.trainers.base import ContrastiveTrainer, scale_gradient
+from hf_sentcl.trainers.simcse import SupervisedSimCSETrainer
 
 WORLD = 2
 LOCAL_BATCH = 3
@@ -44,6 +47,21 @@ class StubTrainer(ContrastiveTrainer):
         pass
 
 
+class StubSupervisedTrainer(SupervisedSimCSETrainer):
+    """Supervised SimCSE's own contrastive_loss on fixed (anchor, entailment, contradiction) views (3, b, d)."""
+
+    def __init__(self, *views):  # no Trainer.__init__
+        self.views = torch.stack(views)
+        self.args = SimpleNamespace(temperature=TEMPERATURE, hard_negative_weight=HARD_WEIGHT,
+                                    margin_loss_kwargs=lambda: {"perturbation": None})
+
+    def embed_views(self, model, inputs):
+        return self.views
+
+    def record_metrics(self, components):
+        pass
+
+
 def _worker(rank, init_file, out_dir):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
@@ -68,6 +86,16 @@ def _worker(rank, init_file, out_dir):
         loss = StubTrainer(z1, z2).compute_loss(model=None, inputs={})
         loss.backward()
         results["trainer"] = (loss.detach(), z1.grad.clone(), z2.grad.clone())
+
+        # (4) supervised SimCSE's trainer with hard negatives: the gathered views keep anchor i with its own
+        # positive i and hard negative i (an interleaved gather would pair anchors with other rows)
+        z1, z2, z3 = local_leaves(rank)
+        loss = StubSupervisedTrainer(z1, z2, z3).compute_loss(model=None, inputs={})
+        loss.backward()
+        results["trainer_sup"] = (loss.detach(), z1.grad.clone(), z2.grad.clone(), z3.grad.clone())
+
+        # (5) logged loss components are averaged over processes
+        results["mean"] = mean_over_processes(torch.tensor(float(rank + 1)))
         torch.save(results, f"{out_dir}/rank{rank}.pt")
     finally:
         dist.destroy_process_group()
@@ -99,19 +127,23 @@ def test_world_size_seen_by_workers(two_process_results):
     assert world_size() == 1
 
 
-@pytest.mark.parametrize("kind", ["unsup", "sup", "trainer"])
+def expected_kind(kind):
+    return "sup" if kind in ("sup", "trainer_sup") else "unsup"
+
+
+@pytest.mark.parametrize("kind", ["unsup", "sup", "trainer", "trainer_sup"])
 def test_gathered_loss_equals_single_process_loss(two_process_results, kind):
     """Every process computes the loss of the whole global batch."""
-    expected, _ = reference("sup" if kind == "sup" else "unsup")
+    expected, _ = reference(expected_kind(kind))
     for result in two_process_results:
         torch.testing.assert_close(result[kind][0], expected, rtol=0, atol=1e-6)
 
 
-@pytest.mark.parametrize("kind", ["unsup", "sup", "trainer"])
+@pytest.mark.parametrize("kind", ["unsup", "sup", "trainer", "trainer_sup"])
 def test_averaged_gradients_equal_single_process_gradients(two_process_results, kind):
     """grad on a process's own slice / world_size (what DDP's averaging produces for the parameters that made
     the slice) equals the 1-process gradient w.r.t. that slice, for every view."""
-    _, full_grads = reference("sup" if kind == "sup" else "unsup")
+    _, full_grads = reference(expected_kind(kind))
     for rank, result in enumerate(two_process_results):
         local_grads = result[kind][1:]
         assert len(local_grads) == len(full_grads)
@@ -136,3 +168,17 @@ def test_gather_is_identity_without_process_group():
     """Outside a process group gather_with_grad returns its input unchanged."""
     z = torch.randn(3, 4)
     assert gather_with_grad(z) is z
+
+
+def test_interleaved_hard_negatives_would_change_the_loss():
+    """The comparison above can fail: pairing anchors with another row's positive and negative (the interleaving a
+    sibling toolkit once did) gives a different loss than the 1-process one."""
+    z1, z2, z3 = full_batch()
+    expected, _ = reference("sup")
+    order = torch.arange(WORLD * LOCAL_BATCH).view(WORLD, LOCAL_BATCH).t().reshape(-1)  # rank-interleaved rows
+    interleaved = info_nce(z1, z2[order], TEMPERATURE, z3[order], HARD_WEIGHT)
+    assert (interleaved - expected).abs() > 1e-3
+
+
+def test_logged_components_are_averaged_over_processes(two_process_results):
+    assert [float(r["mean"]) for r in two_process_results] == [1.5, 1.5]

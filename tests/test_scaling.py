@@ -1,0 +1,138 @@
+"""Real process groups (2 gloo processes of `accelerate launch`, tiny BERT) for issue 28:
+
+- a sharded accelerate config on this CPU (fsdp.yaml) is refused before work, naming multi_cpu.yaml;
+- DDP trains when the recipe leaves modules unreached (pooling_layer below the last, cls_before_pooler + mlp head),
+  and the run states its effective parallelism in its log and results.json;
+- per method: a 2-process run with a mid-run dev evaluation and checkpoint, resumed from that checkpoint, ends with
+  the uninterrupted run's weights, and its export equals a 1-process run's with the same global batch and dropout 0.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from helpers import random_sentences
+
+REPO = Path(__file__).resolve().parent.parent
+CONFIGS = REPO / "recipes" / "accelerate_configs"
+pytestmark = pytest.mark.slow
+
+
+def launch(processes: int, recipe: Path, output: Path, *extra: str, config: str = "multi_cpu.yaml", timeout=600):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(filter(None, [
+        str(REPO), os.environ.get("PYTHONPATH")]))}
+    for name in ("ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED", "ACCELERATE_MIXED_PRECISION"):
+        env.pop(name, None)
+    if processes == 1:
+        command = [sys.executable, "-m", "hf_sentcl.run"]
+    else:
+        command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CONFIGS / config),
+                   "--num_processes", str(processes), "-m", "hf_sentcl.run"]
+    return subprocess.run([*command, str(recipe), "--output_dir", str(output), *extra], capture_output=True,
+                          text=True, env=env, timeout=timeout)
+
+
+def write_recipe(tmp_path: Path, tiny_bert_dir, senteval_dir, **overrides) -> Path:
+    corpus = tmp_path / "train.txt"
+    corpus.write_text("\n".join(random_sentences(32, seed=5)) + "\n")
+    values = dict(
+        method="simcse", model_name_or_path=tiny_bert_dir, train_file=corpus, sts_data_dir=senteval_dir,
+        global_train_batch_size=4, max_seq_length=16, max_steps=8, save_steps=4, eval_steps=4,
+        logging_steps=1, learning_rate="1e-3", use_cpu="true", seed=0, dropout=0.0, save_total_limit="null",
+        eval_before_training="false", eval_tasks="[]", load_best_model_at_end="false",
+        # Adam turns a gradient element that is pure rounding noise (~1e-9, e.g. an embedding row no sentence uses)
+        # into a full learning-rate step of random sign; 1e-6 damps those, so 1 and 2 processes stay within 1e-5
+        adam_epsilon="1e-6",
+        pad_to_multiple_of=16,  # every batch padded alike on 1 and 2 processes (same summation shapes)
+    )
+    values.update(overrides)
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("".join(f"{k}: {v}\n" for k, v in values.items()))
+    return recipe
+
+
+def test_fsdp_config_on_cpu_is_refused_before_work(tmp_path, tiny_bert_dir, senteval_dir):
+    """Finding 0: accelerate would run fsdp.yaml as plain gloo DDP here; every worker exits 2 before loading."""
+    recipe = write_recipe(tmp_path, tiny_bert_dir, senteval_dir)
+    start = time.monotonic()
+    result = launch(2, recipe, tmp_path / "out", config="fsdp.yaml", timeout=180)
+    assert result.returncode != 0
+    assert "exitcode  : 2" in result.stderr and "multi_cpu.yaml" in result.stderr
+    assert "asks for FSDP" in result.stderr
+    assert not (tmp_path / "out").exists()  # refused before any work
+    assert time.monotonic() - start < 120
+
+
+def test_ddp_trains_with_unreached_modules_and_states_its_parallelism(tmp_path, tiny_bert_dir, senteval_dir):
+    """Finding 7: the mlp head that cls_before_pooler skips and the layer above pooling_layer get no gradient; DDP
+    used to fail at step 2 ('Expected to have finished reduction'). Must-hold 2: the log and results.json say
+    what ran."""
+    recipe = write_recipe(tmp_path, tiny_bert_dir, senteval_dir, pooling="cls_before_pooler", head="mlp",
+                          pooling_layer=1, max_steps=3, save_strategy="no", eval_strategy="no")
+    result = launch(2, recipe, tmp_path / "out")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Parallelism: 2 process(es), DDP (gloo on cpu), fp32, global batch 4 (2 per process)" in result.stdout
+    parallelism = json.loads((tmp_path / "out" / "results.json").read_text())["parallelism"]
+    assert parallelism["processes"] == 2 and parallelism["strategy"] == "DDP"
+
+
+METHODS = {
+    "simcse": {},
+    "byop": {"perturbation": "n-", "margin": 0.1, "margin_type": "constant", "head": "mlp"},
+    "sg_opt": {"method": "self_guided", "objective": "sg-opt", "projection_size": 16, "temperature": 0.1,
+               "view_pooling": "max"},
+}
+
+
+def export_weights(output: Path) -> dict[str, torch.Tensor]:
+    return load_file(output / "export" / "model.safetensors")
+
+
+def compare(a: dict, b: dict, start: dict | None = None) -> tuple[float, float]:
+    """Max absolute difference over the common weight tensors, and the min cosine between the two runs' updates
+    (trained minus `start`) over the tensors training moved (1.0 without `start`)."""
+    keys = sorted(a.keys() & b.keys())
+    assert keys
+    diff = max((a[k].float() - b[k].float()).abs().max().item() for k in keys)
+    if start is None:
+        return diff, 1.0
+    moved = [k for k in keys if k in start and (a[k].float() - start[k].float()).norm() > 1e-4]
+    cosine = min(torch.nn.functional.cosine_similarity(
+        (a[k].float() - start[k].float()).flatten(), (b[k].float() - start[k].float()).flatten(), dim=0).item()
+        for k in moved)
+    return diff, cosine
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_ddp_resume_and_export_match_one_process(tmp_path, tiny_bert_dir, senteval_dir, method):
+    """Must-hold 3: 2 processes with a dev evaluation and a checkpoint at step 4 of 8; resuming from that checkpoint
+    ends with the same weights, and the export equals a 1-process run's (same global batch 4, dropout 0)."""
+    recipe = write_recipe(tmp_path, tiny_bert_dir, senteval_dir, **METHODS[method])
+    full, resumed, single = tmp_path / "full", tmp_path / "resumed", tmp_path / "single"
+    for processes, output in ((2, full), (1, single)):
+        result = launch(processes, recipe, output)
+        assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads((full / "results.json").read_text())
+    assert [e["step"] for e in results["train"]["dev_curve"]] == [4, 8]  # the mid-run dev evaluation ran
+    resumed.mkdir()
+    shutil.copytree(full / "checkpoint-4", resumed / "checkpoint-4")
+    result = launch(2, recipe, resumed, "--resume_from_checkpoint", "latest")
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    trained, start = export_weights(full), load_file(Path(tiny_bert_dir) / "model.safetensors")
+    resume_diff, resume_cos = compare(trained, export_weights(resumed), start)
+    single_diff, single_cos = compare(trained, export_weights(single), start)
+    moved, _ = compare(trained, start)
+    print(f"\n{method}: resume max diff {resume_diff:.3g}, min update cosine {resume_cos:.9f}; 1-process max diff "
+          f"{single_diff:.3g}, min update cosine {single_cos:.9f}; moved {moved:.3g}")
+    assert moved >= 1e-3
+    assert resume_diff <= 1e-6
+    assert single_diff <= 1e-5
