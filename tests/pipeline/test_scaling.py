@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 
 from helpers import random_sentences
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "recipes" / "accelerate_configs"
 pytestmark = pytest.mark.slow
 
