@@ -87,7 +87,7 @@ def test_ddp_trains_with_unreached_modules_and_states_its_parallelism(tmp_path, 
 METHODS = {
     "simcse": {},
     "byop": {"perturbation": "n-", "margin": 0.1, "margin_type": "constant", "head": "mlp"},
-    "sg_opt": {"method": "self_guided", "objective": "sg-opt", "projection_size": 16, "temperature": 0.1,
+    "sg_opt": {"method": "self_guided", "objective": "sg-opt", "projection_size": 16, "temperature": 0.1, "head": "none",
                "view_pooling": "max"},
 }
 
