@@ -29,6 +29,7 @@ METHODS = {
     "ifm": dict(method="simcse", perturbation="p-n+", margin=0.1, multi_task=True),
     "byop": dict(method="consert", perturbation="p+", margin=0.1, pooling="mean", head="none"),
     "cached": dict(method="simcse", mini_batch_size=4),
+    "clear_cached": dict(method="clear", augmentation="del_word", pooling="cls", head="none", mini_batch_size=4),
 }
 
 

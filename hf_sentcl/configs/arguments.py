@@ -288,6 +288,15 @@ class SentCLTrainingArguments(TrainingArguments):
             "(same dropout, faster). False: torch's own dropout."
         },
     )
+    logging_nan_inf_filter: bool = field(
+        default=False,
+        # Trainer's default (True) reads every micro-step's loss on the host (a GPU sync per step) to drop NaN/inf
+        # from the logged mean; here a NaN/inf loss stops training instead (hf_sentcl.modeling.health).
+        metadata={
+            "help": "Trainer's filter of NaN/inf losses from the logged mean; off because a non-finite loss stops "
+            "training here anyway and the filter reads the loss on the host every step."
+        },
+    )
     export_adapter: bool = field(
         default=False,
         metadata={
