@@ -36,6 +36,8 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,6 +94,22 @@ def enable_cpu_fp16(accelerator, args) -> bool:
     return True
 
 
+@contextmanager
+def without_forward_autocast(model: nn.Module) -> Iterator[None]:
+    """Run `model` with its own forward inside the block: accelerate's mixed-precision wrapper of `model.forward`
+    (autocast in the training precision) is taken off and put back afterwards (training reaches it again)."""
+    original = getattr(model, "_original_forward", None)
+    wrapped = model.__dict__.get("forward")
+    if original is None or wrapped is None:
+        yield
+        return
+    model.forward = original
+    try:
+        yield
+    finally:
+        model.forward = wrapped
+
+
 @dataclass
 class ViewsOutput:
     """What one forward of the encoder over some examples gives a training step (see the module docstring).
@@ -126,8 +144,10 @@ class ContrastiveTrainer(Trainer):
     #: whether `mini_batch_size` may be used; None = only if the method keeps `compute_loss` as it is here
     supports_cached_step: bool | None = None
 
-    def __init__(self, *args, dev_evaluator: STSEvaluator | None = None, **kwargs):
+    def __init__(self, *args, dev_evaluator: STSEvaluator | None = None, eval_bf16: bool | None = None, **kwargs):
         super().__init__(*args, **kwargs)
+        # dev evaluation precision: as the final evaluation's (None: mixed when training is mixed)
+        self.eval_bf16 = bool(self.args.bf16 or self.args.fp16) if eval_bf16 is None else eval_bf16
         freeze_backbone_pooler(self.model)
         if self.args.fast_dropout:
             use_fast_dropout(self.model)
@@ -328,9 +348,10 @@ class ContrastiveTrainer(Trainer):
             return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
         start = time.time()
         encoder = self.accelerator.unwrap_model(self.model)
-        embeddings = self.dev_evaluator.embed(
-            encoder, batch_size=self.args.per_device_eval_batch_size, bf16=self.args.bf16 or self.args.fp16
-        )
+        with without_forward_autocast(encoder):  # the precision is eval_bf16's, as in the final evaluation
+            embeddings = self.dev_evaluator.embed(
+                encoder, batch_size=self.args.per_device_eval_batch_size, bf16=self.eval_bf16
+            )
         scores = self.dev_evaluator.score(embeddings)
         metrics = {f"{metric_key_prefix}_stsb_spearman": scores["STSBenchmark"]}
         metrics.update(self.extra_dev_metrics(encoder, metric_key_prefix, embeddings))
