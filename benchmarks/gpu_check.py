@@ -91,7 +91,8 @@ def outcome(trainer, steps: int, note: str = "") -> dict:
     ok = trainer.state.global_step == steps and bool(losses) and all(math.isfinite(x) for x in losses)
     seconds = trainer.training_cost().get("train_step_seconds")
     last = f"last loss {losses[-1]:.4f}" if losses else "no loss logged"
-    return {"ok": ok, "step_ms": None if seconds is None else 1000 * seconds, "note": "; ".join(filter(None, [last, note]))}
+    step_ms = None if seconds is None else 1000 * seconds
+    return {"ok": ok, "step_ms": step_ms, "note": "; ".join(filter(None, [last, note]))}
 
 
 # ---------------------------------------------------------------------------------------------- workers (one check)

@@ -76,7 +76,8 @@ def build_trainer(tmp_path, name, tiny_bert_dir, senteval_dir, files, **override
 
 
 class DtypeProbe:
-    """Records the dtype of every cross-entropy's (and logsumexp's) logits, and of the first encoder layer's query projection."""
+    """Records the dtype of every cross-entropy's (and logsumexp's) logits, and of the first encoder layer's query
+    projection's output."""
 
     def __init__(self, monkeypatch, trainer):
         self.logits: list[torch.dtype] = []

@@ -36,7 +36,8 @@ logger = logging.getLogger("hf_sentcl")
 
 
 def evaluate_suites(encoder: SentenceEncoder, suites: EvaluationSuites, recipe: Recipe) -> SuiteResults:
-    return suites(encoder, batch_size=recipe.training.per_device_eval_batch_size, bf16=eval_mixed_precision(recipe.data, recipe.training))
+    mixed = eval_mixed_precision(recipe.data, recipe.training)
+    return suites(encoder, batch_size=recipe.training.per_device_eval_batch_size, bf16=mixed)
 
 
 def run(recipe: Recipe, *, already_checked: bool = False) -> dict[str, Any]:
@@ -212,7 +213,8 @@ def score_results(stage: Stage, encoder: SentenceEncoder, scores: dict[str, Suit
     results = run_results(scores)
     if "after" in results["sts"]:  # MTEB's protocol (SICK-R on all pairs)
         results.update(mteb_sts_scores(
-            encoder, stage.data_dir, recipe.training.per_device_eval_batch_size, eval_mixed_precision(recipe.data, recipe.training),
+            encoder, stage.data_dir, recipe.training.per_device_eval_batch_size,
+            eval_mixed_precision(recipe.data, recipe.training),
             reuse=results["sts"]["after"] if recipe.data.sts_mode == "all" else None,
         ).to_results())
     return results

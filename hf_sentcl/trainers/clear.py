@@ -216,7 +216,8 @@ class CLEARTrainer(TrainingHeadsMixin, ContrastiveTrainer):
         labels = inputs["mlm_labels"]
         loss = masked_lm_loss(self.heads["mlm"], outputs.hidden_states[-1][:batch], labels, inputs.get("mlm_positions"))
         return ViewsOutput(
-            z, local_loss=self.args.mlm_weight * loss, local_weight=(labels != -100).sum(), components={"mlm_loss": loss}
+            z, local_loss=self.args.mlm_weight * loss, local_weight=(labels != -100).sum(),
+            components={"mlm_loss": loss},
         )
 
     def contrastive_loss(self, views: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
