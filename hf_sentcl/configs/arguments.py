@@ -15,6 +15,7 @@ from hf_sentcl.evaluation.sts import STS_MODES
 from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS
 from hf_sentcl.modeling.config import HEAD_TYPES
 from hf_sentcl.modeling.pooling import POOLING_MODES
+from hf_sentcl.modeling.precision import cpu_has_native_bf16, resolve_precision
 
 #: the smallest useful truncation length: [CLS], one token, [SEP]
 MIN_SEQ_LENGTH = 3
@@ -167,8 +168,12 @@ class DataArguments:
     eval_before_training: bool = field(
         default=True, metadata={"help": "Also evaluate the untouched encoder, for the before/after table."}
     )
-    eval_bf16: bool = field(
-        default=False, metadata={"help": "Encode evaluation sentences under bf16 autocast (faster, ~0.1 pt)."}
+    eval_bf16: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Encode evaluation sentences (dev and final) under mixed precision: bf16 where native, fp16 on a "
+            "GPU without it (faster, ~0.1 pt). Unset: follow the training precision (mixed if it trains mixed)."
+        },
     )
 
     def __post_init__(self):
@@ -218,6 +223,13 @@ class SentCLTrainingArguments(TrainingArguments):
     greater_is_better: bool | None = field(default=True, metadata={"help": "Whether a higher metric is better."})
     logging_steps: float = field(default=10, metadata={"help": "Steps between loss logs."})
     # The filter reads every step's loss on the host (a device sync per step on GPU).
+    precision: Literal["auto", "fp32", "bf16", "fp16"] | None = field(
+        default=None,
+        metadata={
+            "help": "Training precision: auto (bf16 where the hardware has it natively, fp16 on GPUs without it, "
+            "fp32 on other CPUs), fp32, bf16 or fp16 (docs/precision.md). Unset: the bf16/fp16 keys decide."
+        },
+    )
     logging_nan_inf_filter: bool = field(
         default=False,
         metadata={"help": "Log a NaN/inf step's loss as the running mean (off: a NaN loss shows in the log as NaN)."},
@@ -288,6 +300,15 @@ class SentCLTrainingArguments(TrainingArguments):
             "(same dropout, faster). False: torch's own dropout."
         },
     )
+    logging_nan_inf_filter: bool = field(
+        default=False,
+        # Trainer's default (True) reads every micro-step's loss on the host (a GPU sync per step) to drop NaN/inf
+        # from the logged mean; here a NaN/inf loss stops training instead (hf_sentcl.modeling.health).
+        metadata={
+            "help": "Trainer's filter of NaN/inf losses from the logged mean; off because a non-finite loss stops "
+            "training here anyway and the filter reads the loss on the host every step."
+        },
+    )
     export_adapter: bool = field(
         default=False,
         metadata={
@@ -302,6 +323,10 @@ class SentCLTrainingArguments(TrainingArguments):
         # torchrun / accelerate launch sets up multi-CPU data parallelism (otherwise every process trains alone).
         if not self.use_cpu and not _has_accelerator():
             self.use_cpu = True
+        apply_precision(self)
+        if self.tf32 and not _has_tf32():
+            warnings.warn("tf32: no CUDA GPU with TF32 here; the key is ignored on this machine.", stacklevel=2)
+            self.tf32 = None
         super().__post_init__()
         if self.bf16 and self.use_cpu and not _cpu_has_bf16():
             warnings.warn(
@@ -355,11 +380,53 @@ def follow_launcher_precision(args: TrainingArguments) -> None:
     setattr(args, launcher, True)
 
 
+def eval_mixed_precision(data: DataArguments, training: TrainingArguments) -> bool:
+    """Whether evaluation (dev and final) encodes under mixed precision: `eval_bf16` when set, otherwise whether
+    training is mixed (its resolved precision is bf16 or fp16). The dtype is `mixed_eval_dtype`'s."""
+    if data.eval_bf16 is not None:
+        return data.eval_bf16
+    return bool(training.bf16 or training.fp16)
+
+
+def apply_precision(args: TrainingArguments) -> None:
+    """Resolve the `precision` key (when set) into TrainingArguments' bf16/fp16 flags and `resolved_precision`.
+
+    A launcher's mixed precision (`follow_launcher_precision`) stands for `auto`; a pinned precision that disagrees
+    with it, or with bf16/fp16 keys also set, is an error rather than a silent choice."""
+    flags = "bf16" if args.bf16 else "fp16" if args.fp16 else None
+    if args.precision is None:
+        args.resolved_precision = flags or "fp32"
+        return
+    if args.precision == "auto" and flags:  # set by the launcher (or the recipe): they decide
+        args.resolved_precision = flags
+        return
+    device = "cpu" if args.use_cpu else "cuda" if _cuda() else "xpu"
+    chosen = resolve_precision(args.precision, device)
+    if flags and flags != chosen:
+        raise ValueError(
+            f"precision: {args.precision} gives {chosen}, but '{flags}' is true (in the recipe or the accelerate "
+            "config); keep one of them."
+        )
+    args.bf16, args.fp16 = chosen == "bf16", chosen == "fp16"
+    args.resolved_precision = chosen
+
+
 def _cpu_has_bf16() -> bool:
-    """Whether oneDNN has native bf16 kernels on this CPU (what makes CPU bf16 autocast faster than fp32)."""
+    """Whether this CPU has native bf16 arithmetic (what makes CPU bf16 autocast faster than fp32)."""
+    return cpu_has_native_bf16()
+
+
+def _cuda() -> bool:
     import torch
 
-    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return torch.cuda.is_available()
+
+
+def _has_tf32() -> bool:
+    """Whether TF32 matmuls exist here (a CUDA GPU of compute capability 8.0 or newer)."""
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 8
 
 
 def _has_accelerator() -> bool:

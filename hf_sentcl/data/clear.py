@@ -153,7 +153,8 @@ class CLEARCollator:
     `mlm_probability` is set) and two augmented views, padded together.
 
     Returns `input_ids` and `attention_mask` of shape (batch, views, length), views = [masked original,] view 1,
-    view 2, and `mlm_labels` (batch, length): the original id at masked positions, -100 elsewhere. Masking is
+    view 2, `mlm_labels` (batch, length): the original id at masked positions, -100 elsewhere, and `mlm_positions`
+    (batch, K): the masked positions of each row (`masked_positions`). Masking is
     BERT's 15% with 80/10/10 ([MASK] / random token / unchanged), done by transformers'
     `DataCollatorForLanguageModeling`; special tokens are never masked.
 
@@ -249,4 +250,15 @@ class CLEARCollator:
             mlm_labels = torch.full_like(out["input_ids"][:, 0], -100)
             mlm_labels[out["attention_mask"][:, 0].bool()] = torch.tensor(list(chain.from_iterable(labels)))
             out["mlm_labels"] = mlm_labels
+            out["mlm_positions"] = masked_positions(mlm_labels)
         return out
+
+
+def masked_positions(mlm_labels: torch.Tensor) -> torch.Tensor:
+    """(batch, K) indices of each row's masked tokens (labels != -100), K the most any row has, padded with a
+    position whose label is -100: the trainer gathers the MLM head's inputs at them without a host read."""
+    masked = mlm_labels != -100
+    k = int(masked.sum(dim=1).max()) if len(mlm_labels) else 0
+    # masked positions first (stable), then the unmasked ones as padding
+    order = torch.argsort((~masked).to(torch.int8), dim=1, stable=True)
+    return order[:, :k].contiguous()

@@ -71,7 +71,8 @@ def sg_opt_loss(c: torch.Tensor, h: torch.Tensor, temperature: float) -> torch.T
     logits = cosine_logits(c, h.reshape(b * views, -1), temperature).view(b, b, views)
     with torch.autocast(device_type=c.device.type, enabled=False):
         own = torch.eye(b, dtype=torch.bool, device=c.device)
-        positives = logits[own]  # (b, views): logit of c_i against its own views h_{i,k}
+        # (b, views): logit of c_i against its own views h_{i,k} (the diagonal: no boolean select, no host read)
+        positives = logits.diagonal(dim1=0, dim2=1).T
         # The negatives are the same for every view k of sentence i: all views of every other sentence.
         negatives = logits.masked_fill(own.unsqueeze(-1), float("-inf")).reshape(b, b * views)
         negative_lse = torch.logsumexp(negatives, dim=1, keepdim=True)  # (b, 1)

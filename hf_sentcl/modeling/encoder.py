@@ -18,6 +18,7 @@ from hf_sentcl.modeling.backbone import resolve_model_name
 from hf_sentcl.modeling.config import SentenceEncoderConfig
 from hf_sentcl.modeling.heads import MLPHead
 from hf_sentcl.modeling.pooling import Pooling, pool, pooling_mode
+from hf_sentcl.modeling.precision import mixed_eval_dtype
 
 MAX_DEFAULT_SEQ_LENGTH = 512
 
@@ -266,7 +267,8 @@ class SentenceEncoder(PreTrainedModel):
         """Embed `sentences`, returning one row per input sentence in input order (float32).
 
         Each distinct sentence is encoded once; sentences are sorted by token length so that each batch pads
-        little. `bf16=True` runs the backbone under bf16 autocast (results differ from fp32 by rounding only).
+        little. `bf16=True` runs the backbone under mixed precision: bf16 autocast, or fp16 on a GPU without native
+        bf16 (`hf_sentcl.modeling.precision.mixed_eval_dtype`; results differ from fp32 by rounding only).
         `show_progress_bar`: None (default) draws one for long jobs when stderr is a terminal.
         """
         if isinstance(sentences, str):
@@ -311,7 +313,7 @@ class SentenceEncoder(PreTrainedModel):
         was_training = self.training
         self.eval()
         device = self.device
-        use_bf16 = bf16 and (device.type == "cpu" or torch.cuda.is_bf16_supported())
+        dtype = mixed_eval_dtype(device)  # bf16 where native, fp16 on a GPU without it (not emulated bf16)
         # Auto (None): a bar for long jobs, and only on a terminal (tqdm's disable=None), so that logs and CI output
         # get no redrawn lines, and evaluation inside training no bar nested under Trainer's.
         if show_progress_bar is None:
@@ -319,7 +321,7 @@ class SentenceEncoder(PreTrainedModel):
         else:
             disable = not show_progress_bar
         try:
-            with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
+            with torch.inference_mode(), torch.autocast(device.type, dtype=dtype, enabled=bf16):
                 for start in tqdm(range(0, len(order), batch_size), desc="Encoding", disable=disable, leave=False):
                     index = order[start : start + batch_size]
                     batch = self.tokenizer.pad({"input_ids": [tokenized[i] for i in index]}, return_tensors="pt")

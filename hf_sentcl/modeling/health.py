@@ -1,7 +1,9 @@
 """Checks that keep a poisoned model from being saved, exported or published.
 
-- `check_finite_loss`: a NaN/inf training loss stops training at the step it appears (the optimizer step that
-  follows would write NaN into every weight).
+- `NonFiniteLossFlag`: a NaN/inf training loss stops training. The step only ORs `~isfinite(loss)` into a flag on
+  the loss's device (no host read, which would stall a GPU every micro-step); the trainer reads the flag at
+  logging, evaluation and save steps and before writing any checkpoint, so a non-finite update is never saved.
+- `check_finite_loss`: the same check read at once (host read), for callers outside the training step.
 - `CHECKPOINT_COMPLETE`: the mark that a checkpoint was written whole.
 - `check_final_model`: the trained weights must be finite, and the encoder's embeddings of the STS-B dev
   sentences finite and not collapsed. Collapsed means their relative spread around their mean is below
@@ -33,6 +35,36 @@ def check_finite_loss(loss: torch.Tensor, step: int) -> None:
             f"training loss is {loss.detach().float().item()} at step {step + 1}: training stopped before the "
             "optimizer step, nothing was exported. Lower learning_rate, check temperature and the other loss "
             "settings, or turn off bf16/fp16; checkpoints written before this step are intact."
+        )
+
+
+class NonFiniteLossFlag:
+    """A device-side record of the first NaN/inf training loss and its step (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.flag: torch.Tensor | None = None
+        self.first: torch.Tensor | None = None  # (loss value, step) of the first non-finite loss
+
+    def update(self, loss: torch.Tensor, step: int) -> None:
+        """OR the loss's non-finiteness into the flag and keep the first bad (value, step); no host read."""
+        value = loss.detach().float().sum()
+        bad = ~torch.isfinite(value)
+        record = torch.stack([value, torch.full_like(value, step)])
+        if self.flag is None:
+            self.flag, self.first = bad, record
+            return
+        self.first = torch.where(self.flag | ~bad, self.first, record)
+        self.flag = self.flag | bad
+
+    def check(self) -> None:
+        """Raise TrainingFailure if a non-finite loss was seen (one host read: call it at logging/save steps)."""
+        if self.flag is None or not bool(self.flag):
+            return
+        value, step = self.first.tolist()
+        raise TrainingFailure(
+            f"training loss is {value} at step {int(step) + 1}: training stopped before any checkpoint after that "
+            "step was written, nothing was exported. Lower learning_rate, check temperature and the other loss "
+            "settings, or change precision; checkpoints written before this step are intact."
         )
 
 

@@ -15,6 +15,7 @@ from transformers.integrations import is_deepspeed_zero3_enabled
 
 from hf_sentcl.common.layout import ADAPTER_DIRNAME
 from hf_sentcl.common.logs import quiet_library_bars, watched
+from hf_sentcl.configs.arguments import eval_mixed_precision
 from hf_sentcl.evaluation.mteb import mteb_sts_scores
 from hf_sentcl.evaluation.plots import write_run_plots
 from hf_sentcl.evaluation.report import RUN_LABELS, embedding_note, write_results
@@ -36,7 +37,8 @@ logger = logging.getLogger("hf_sentcl")
 
 
 def evaluate_suites(encoder: SentenceEncoder, suites: EvaluationSuites, recipe: Recipe) -> SuiteResults:
-    return suites(encoder, batch_size=recipe.training.per_device_eval_batch_size, bf16=recipe.data.eval_bf16)
+    mixed = eval_mixed_precision(recipe.data, recipe.training)
+    return suites(encoder, batch_size=recipe.training.per_device_eval_batch_size, bf16=mixed)
 
 
 def run(recipe: Recipe, *, already_checked: bool = False) -> dict[str, Any]:
@@ -121,6 +123,8 @@ def build_stage(recipe: Recipe) -> Stage:
     with args.main_process_first(desc="tokenising training data"):
         train_dataset, num_views, collator = build_train_dataset(recipe, encoder.tokenizer)
     logger.info("Training on %d examples with %d text view(s) each.", len(train_dataset), num_views)
+    logger.info("Precision: training %s (precision: %s), evaluation %s.", args.resolved_precision,
+                args.precision or "from bf16/fp16", "mixed" if eval_mixed_precision(recipe.data, args) else "fp32")
     dev_evaluator = STSEvaluator(data_dir, tasks=("STSBenchmark",), split="dev")
     whitening, glue = suite_settings(recipe.data)
     suites = EvaluationSuites(
@@ -135,6 +139,7 @@ def build_stage(recipe: Recipe) -> Stage:
         data_collator=collator,
         processing_class=encoder.tokenizer,
         dev_evaluator=dev_evaluator,
+        eval_bf16=eval_mixed_precision(recipe.data, args),
     )
     return Stage(recipe, encoder, trainer, suites, dev_evaluator, data_dir, len(train_dataset), num_views)
 
@@ -216,7 +221,8 @@ def score_results(stage: Stage, encoder: SentenceEncoder, scores: dict[str, Suit
     results = run_results(scores)
     if "after" in results["sts"]:  # MTEB's protocol (SICK-R on all pairs)
         results.update(mteb_sts_scores(
-            encoder, stage.data_dir, recipe.training.per_device_eval_batch_size, recipe.data.eval_bf16,
+            encoder, stage.data_dir, recipe.training.per_device_eval_batch_size,
+            eval_mixed_precision(recipe.data, recipe.training),
             reuse=results["sts"]["after"] if recipe.data.sts_mode == "all" else None,
         ).to_results())
     return results

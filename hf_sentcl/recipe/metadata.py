@@ -109,11 +109,21 @@ def training_data_summary(recipe: Recipe, num_examples: int | None, text_columns
 
 def precision_summary(recipe: Recipe, weights_dtype: str) -> dict[str, str]:
     """Numeric precision of training, evaluation and the exported weights."""
+    from hf_sentcl.configs.arguments import eval_mixed_precision  # configs sits below recipe
+
     args = recipe.training
     training = "bf16 mixed precision (autocast)" if args.bf16 else "fp16 mixed precision" if args.fp16 else "fp32"
+    if args.precision == "auto":  # the card says the precision was picked for the hardware it ran on
+        training += " (precision: auto)"
+    evaluation = "fp32"
+    if eval_mixed_precision(recipe.data, args):
+        evaluation = "bf16 autocast (fp16 on GPUs without native bf16)"
     return {
         "training": training,
-        "evaluation": "bf16 autocast" if recipe.data.eval_bf16 else "fp32",
+        "requested": args.precision or ("bf16" if args.bf16 else "fp16" if args.fp16 else "fp32"),
+        "resolved": "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
+        "tf32": bool(args.tf32),
+        "evaluation": evaluation,
         "weights": weights_dtype.replace("torch.", ""),
     }
 

@@ -36,6 +36,8 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,7 +51,7 @@ from hf_sentcl.common.distributed import gather_with_grad, mean_over_processes, 
 from hf_sentcl.evaluation.alignment import sts_alignment_uniformity
 from hf_sentcl.evaluation.sts import STSEvaluator
 from hf_sentcl.modeling.fast_dropout import use_fast_dropout
-from hf_sentcl.modeling.health import CHECKPOINT_COMPLETE, check_finite_loss
+from hf_sentcl.modeling.health import CHECKPOINT_COMPLETE, NonFiniteLossFlag
 from hf_sentcl.trainers.cached import cached_training_step
 from hf_sentcl.trainers.callbacks import TrainingCostCallback
 from hf_sentcl.trainers.length_buckets import forward_in_length_buckets
@@ -78,6 +80,36 @@ def freeze_backbone_pooler(encoder: nn.Module) -> None:
         pooler.requires_grad_(False)
     if callable(freeze_unreached := getattr(encoder, "freeze_unreached", None)):
         freeze_unreached()  # layers above pooling_layer, a head that cls_before_pooler skips
+
+
+def enable_cpu_fp16(accelerator, args) -> bool:
+    """Make `fp16: true` on a CPU run fp16 autocast with a gradient scaler, as on a GPU. accelerate silently drops
+    fp16 on a CPU (no autocast, no scaler: the run trains in fp32 while its results say fp16); torch >= 2.3 has
+    both for the CPU. Returns whether it changed anything. Must run before `Trainer.train` prepares the optimizer
+    (which takes the scaler)."""
+    if not args.fp16 or accelerator.device.type != "cpu" or accelerator.scaler is not None:
+        return False
+    if accelerator.state.mixed_precision != "fp16" or accelerator.state.deepspeed_plugin is not None:
+        return False
+    accelerator.native_amp = True
+    accelerator.scaler = torch.amp.GradScaler("cpu")
+    return True
+
+
+@contextmanager
+def without_forward_autocast(model: nn.Module) -> Iterator[None]:
+    """Run `model` with its own forward inside the block: accelerate's mixed-precision wrapper of `model.forward`
+    (autocast in the training precision) is taken off and put back afterwards (training reaches it again)."""
+    original = getattr(model, "_original_forward", None)
+    wrapped = model.__dict__.get("forward")
+    if original is None or wrapped is None:
+        yield
+        return
+    model.forward = original
+    try:
+        yield
+    finally:
+        model.forward = wrapped
 
 
 @dataclass
@@ -114,8 +146,10 @@ class ContrastiveTrainer(Trainer):
     #: whether `mini_batch_size` may be used; None = only if the method keeps `compute_loss` as it is here
     supports_cached_step: bool | None = None
 
-    def __init__(self, *args, dev_evaluator: STSEvaluator | None = None, **kwargs):
+    def __init__(self, *args, dev_evaluator: STSEvaluator | None = None, eval_bf16: bool | None = None, **kwargs):
         super().__init__(*args, **kwargs)
+        # dev evaluation precision: as the final evaluation's (None: mixed when training is mixed)
+        self.eval_bf16 = bool(self.args.bf16 or self.args.fp16) if eval_bf16 is None else eval_bf16
         freeze_backbone_pooler(self.model)
         if self.args.fast_dropout:
             use_fast_dropout(self.model)
@@ -125,6 +159,8 @@ class ContrastiveTrainer(Trainer):
         self.cost = TrainingCostCallback()
         self._flos_per_token: int | None = None
         self.add_callback(self.cost)
+        self.nonfinite_loss = NonFiniteLossFlag()
+        enable_cpu_fp16(self.accelerator, self.args)
         global_batch = self.args.per_device_train_batch_size * max(self.args.world_size, 1)
         if global_batch < self.min_global_batch_size:
             raise ValueError(
@@ -261,14 +297,27 @@ class ContrastiveTrainer(Trainer):
             loss = cached_training_step(self, model, inputs)
         else:
             loss = super().training_step(model, inputs, num_items_in_batch)
-        check_finite_loss(loss, self.state.global_step)  # before the optimizer step writes NaN into the weights
+        # a flag on the device, read at logging/evaluation/save steps (see hf_sentcl.modeling.health)
+        self.nonfinite_loss.update(loss, self.state.global_step)
         return loss
+
+    def _maybe_log_save_evaluate(self, tr_loss, grad_norm, model, trial, epoch, ignore_keys_for_eval, start_time,
+                                 learning_rate=None):
+        """Trainer's log/evaluate/save, after reading the non-finite-loss flag when any of them is due (or training
+        ends): a NaN update stops training here, before it is logged as a number, evaluated or saved."""
+        control = self.control
+        if control.should_log or control.should_evaluate or control.should_save or control.should_training_stop:
+            self.nonfinite_loss.check()
+        super()._maybe_log_save_evaluate(
+            tr_loss, grad_norm, model, trial, epoch, ignore_keys_for_eval, start_time, learning_rate=learning_rate
+        )
 
     # ------------------------------------------------------------------ checkpoints
     def _save_checkpoint(self, model, trial) -> None:
         """Trainer's checkpoint, then the completion mark (`hf_sentcl.modeling.health.CHECKPOINT_COMPLETE`) once every
         process has written its files: a checkpoint cut off while being written has no mark and is never resumed
         from. A mark left from an earlier write of the same folder is removed first."""
+        self.nonfinite_loss.check()  # never save weights updated from a NaN/inf loss
         folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         mark = folder / CHECKPOINT_COMPLETE
         if self.args.should_save:
@@ -301,9 +350,10 @@ class ContrastiveTrainer(Trainer):
             return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
         start = time.time()
         encoder = self.accelerator.unwrap_model(self.model)
-        embeddings = self.dev_evaluator.embed(
-            encoder, batch_size=self.args.per_device_eval_batch_size, bf16=self.args.bf16 or self.args.fp16
-        )
+        with without_forward_autocast(encoder):  # the precision is eval_bf16's, as in the final evaluation
+            embeddings = self.dev_evaluator.embed(
+                encoder, batch_size=self.args.per_device_eval_batch_size, bf16=self.eval_bf16
+            )
         scores = self.dev_evaluator.score(embeddings)
         metrics = {f"{metric_key_prefix}_stsb_spearman": scores["STSBenchmark"]}
         metrics.update(self.extra_dev_metrics(encoder, metric_key_prefix, embeddings))

@@ -124,17 +124,21 @@ class LocalTerms:
 
     def __init__(self) -> None:
         self.values: list[torch.Tensor | None] = []
-        self.weights: list[float] = []
+        self.weights: list[float | torch.Tensor] = []
         self.components: list[dict[str, torch.Tensor]] = []
 
     def add(self, output, examples: int) -> None:
         self.values.append(None if output.local_loss is None else output.local_loss.detach())
-        self.weights.append(float(examples if output.local_weight is None else output.local_weight))
+        # a tensor weight (e.g. a count of masked tokens) stays on its device: no host read in the step
+        self.weights.append(examples if output.local_weight is None else output.local_weight)
         self.components.append(output.components)
 
     def share(self, index: int) -> float:
-        """Mini-batch `index`'s weight over the weight of the whole batch."""
-        return self.weights[index] / sum(self.weights)
+        """Mini-batch `index`'s weight over the weight of the whole batch (0 when the whole batch weighs 0)."""
+        total = sum(self.weights)
+        if isinstance(total, torch.Tensor):
+            return self.weights[index] / total.clamp_min(1e-12)
+        return self.weights[index] / total if total else 0.0
 
     def total(self) -> torch.Tensor | float:
         return sum((value * self.share(i) for i, value in enumerate(self.values) if value is not None), 0.0)

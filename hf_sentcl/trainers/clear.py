@@ -121,15 +121,23 @@ def projection_head(hidden_size: int, width: int | None, out: int) -> nn.Sequent
     return nn.Sequential(nn.Linear(hidden_size, width), nn.ReLU(), nn.Linear(width, out))
 
 
-def masked_lm_loss(head: nn.Module, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy of the head's vocabulary logits at the masked positions (labels != -100), in fp32;
-    the head runs on those positions only. Zero (with a graph) when nothing is masked."""
-    selected = labels != -100
-    logits = head(hidden[selected])
-    if logits.shape[0] == 0:
-        return logits.sum() * 0.0
+def masked_lm_loss(
+    head: nn.Module, hidden: torch.Tensor, labels: torch.Tensor, positions: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Mean cross-entropy of the head's vocabulary logits at the masked positions (labels != -100), in fp32.
+
+    `positions` (batch, K): the collator's indices of each row's masked tokens, padded with positions whose label
+    is -100; the head runs on those K per row only. Gathering at known indices needs no host read, unlike a
+    boolean-mask select (whose size the GPU must report first). None = every position (same loss, more head
+    work). Zero (with a graph) when nothing is masked."""
+    if positions is None:
+        positions = torch.arange(labels.shape[1], device=labels.device).expand(labels.shape[0], -1)
+    picked = hidden.gather(1, positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
+    targets = labels.gather(1, positions).flatten()
+    logits = head(picked.flatten(0, 1))
     with torch.autocast(device_type=hidden.device.type, enabled=False):
-        return F.cross_entropy(logits.float(), labels[selected])
+        total = F.cross_entropy(logits.float(), targets, ignore_index=-100, reduction="sum")
+    return total / (targets != -100).sum().clamp_min(1)
 
 
 def attach_training_heads(encoder: nn.Module, args) -> nn.ModuleDict:
@@ -206,9 +214,10 @@ class CLEARTrainer(TrainingHeadsMixin, ContrastiveTrainer):
         if not mlm:
             return ViewsOutput(z)
         labels = inputs["mlm_labels"]
-        loss = masked_lm_loss(self.heads["mlm"], outputs.hidden_states[-1][:batch], labels)
+        loss = masked_lm_loss(self.heads["mlm"], outputs.hidden_states[-1][:batch], labels, inputs.get("mlm_positions"))
         return ViewsOutput(
-            z, local_loss=self.args.mlm_weight * loss, local_weight=(labels != -100).sum(), components={"mlm_loss": loss}
+            z, local_loss=self.args.mlm_weight * loss, local_weight=(labels != -100).sum(),
+            components={"mlm_loss": loss},
         )
 
     def contrastive_loss(self, views: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

@@ -56,6 +56,14 @@ def disable_dropout(module: nn.Module) -> int:
     return len(layers)
 
 
+def finite_direction(gradient: torch.Tensor) -> torch.Tensor:
+    """`gradient` (texts, L, d) in fp32 with the rows that hold a NaN/inf (an overflowed scaled gradient) zeroed;
+    sync-free."""
+    g = gradient.float()
+    finite = torch.isfinite(g).flatten(1).all(dim=1).view(-1, 1, 1)
+    return torch.where(finite, g, torch.zeros_like(g))
+
+
 class ConSERTTrainer(TrainingHeadsMixin, ContrastiveTrainer):
     """ConSERT in one stage (`supervised_mode` unsup, sup or joint); chained modes run through `consert_stages`.
 
@@ -162,12 +170,21 @@ class ConSERTTrainer(TrainingHeadsMixin, ContrastiveTrainer):
             clean = encoder(input_ids=ids, attention_mask=mask).embeddings
             batch, texts = labels.shape[0], ids.shape[0]
             loss, _ = self.classify(clean[:batch], clean[batch:], labels)
-            (gradient,) = torch.autograd.grad(loss, plan.embedding_output)
+            (gradient,) = torch.autograd.grad(self.scale_for_fp16(loss), plan.embedding_output)
         perturbation = gradient.new_zeros(len(names) * texts, *gradient.shape[1:])
         perturbation[block * texts : (block + 1) * texts] = fgv_perturbation(
-            gradient, mask, self.args.adversarial_epsilon
+            finite_direction(gradient), mask, self.args.adversarial_epsilon
         )
         return perturbation
+
+    def scale_for_fp16(self, loss: torch.Tensor) -> torch.Tensor:
+        """`loss` times the fp16 gradient scaler's scale (unchanged without one). The FGV gradient flows back
+        through fp16 layers like the training gradient, so unscaled it underflows to zero where the training step's
+        does not. Only its direction is used (`fgv_perturbation` normalises it to norm epsilon), so it needs no
+        unscaling; a step whose scaled gradient overflows gives a zero perturbation (`finite_direction`), and the
+        scaler skips that step anyway when the training gradient overflows too."""
+        scaler = self.accelerator.scaler
+        return loss if scaler is None else scaler.scale(loss)
 
     def forward_views(self, model, inputs: dict[str, torch.Tensor]) -> ViewsOutput:
         """unsup: the (2, batch, dim) T1 / T2 views. sup / joint: ONE stacked pass of the clean premises and

@@ -52,7 +52,7 @@ def test_quickstart_values_and_expansion(monkeypatch, tmp_path, repo_root):
     local = parse_recipe(repo_root / "recipes" / "quickstart.yaml", ["--train_file", "${HF_SENTCL_DATA}/../wiki.txt"])
     assert local.data.train_file == "/data/senteval/../wiki.txt"
     assert recipe.model.pooling == "mean" and recipe.model.head == "none"
-    assert recipe.training.bf16 is False and recipe.data.eval_bf16 is False
+    assert recipe.training.precision == "auto" and recipe.data.eval_bf16 is None  # evaluation follows training
 
 
 def test_yaml_string_float_is_coerced(tmp_path):

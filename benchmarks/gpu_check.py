@@ -1,0 +1,254 @@
+"""GPU check (issue 25): everything that only a GPU can show, in one command, under 10 minutes on one GPU.
+
+    python benchmarks/gpu_check.py [--steps 30] [--only fp16,resume]
+
+On a BERT-base-sized random encoder (12 layers, hidden 768, vocab 30522; SimCSE, batch 64, 32 tokens) it runs:
+
+- one training per precision: fp32, tf32 (fp32 with TF32 matmuls), bf16, fp16 (with the gradient scaler);
+- DDP with 2 processes sharing the one GPU (gloo, as NCCL refuses two ranks on one device);
+- FSDP and DeepSpeed ZeRO-3 with 1 process (recipes/accelerate_configs/fsdp.yaml, deepspeed_zero3.yaml);
+- a resume after a kill: a run killed (SIGKILL) once a checkpoint is complete, resumed from it to the end;
+- a host-sync count: `torch.cuda.set_sync_debug_mode("warn")` around the training steps (the step itself makes no
+  host read, tests/test_host_syncs.py; transformers' SDPA mask check makes one per forward).
+
+and prints one table: check, pass/fail, median step time, note. Each check runs in its own process (a failure or
+hang in one does not stop the others). Exit status: 0 when every check passes or is skipped, 1 otherwise, 2 when
+there is no CUDA device (the check refuses to run on a CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+CHECKS = ("fp32", "tf32", "bf16", "fp16", "ddp2", "fsdp", "zero3", "resume", "host_syncs")
+#: seconds one check may take (the whole check stays under 10 minutes on one GPU)
+CHECK_TIMEOUT = 150
+REFUSAL = ("gpu_check: no CUDA device here. This check measures the GPU paths (precisions, DDP, FSDP, ZeRO-3, "
+           "resume, host syncs) and needs one NVIDIA GPU; run it on a GPU machine: python benchmarks/gpu_check.py")
+VOCAB = 30522
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+# ---------------------------------------------------------------------------------------------- the model and data
+def write_model(folder: Path) -> Path:
+    """A random BERT-base (BertConfig's defaults) and a WordPiece tokenizer over `VOCAB` made-up words."""
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    if (folder / "config.json").is_file():
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    tokens = SPECIALS + [f"w{i}" for i in range(VOCAB - len(SPECIALS))]
+    tokenizer = BertTokenizerFast(vocab={t: i for i, t in enumerate(tokens)})
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=len(tokenizer))).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def sentences(n: int) -> list[str]:
+    generator = torch.Generator().manual_seed(1)
+    lengths = torch.randint(8, 30, (n,), generator=generator).tolist()
+    return [" ".join(f"w{i}" for i in torch.randint(0, VOCAB - 5, (k,), generator=generator).tolist()) for k in lengths]
+
+
+def build_trainer(workdir: Path, steps: int, output: Path, **settings):
+    """SimCSE (batch 64, max 32 tokens) on the random BERT-base; `settings` are SimCSEConfig keys."""
+    from datasets import Dataset
+
+    from hf_sentcl import SentenceEncoder
+    from hf_sentcl.configs import SimCSEConfig
+    from hf_sentcl.data import ViewCollator, tokenize_views
+    from hf_sentcl.trainers import SimCSETrainer
+
+    encoder = SentenceEncoder.from_backbone(str(write_model(workdir / "model")), pooling="cls", head="mlp")
+    dataset = tokenize_views(Dataset.from_dict({"text": sentences(64 * steps)}), encoder.tokenizer, ("text",), 32)
+    values = dict(
+        output_dir=str(output), per_device_train_batch_size=64, learning_rate=3e-5, max_steps=steps,
+        eval_strategy="no", save_strategy="no", load_best_model_at_end=False, logging_steps=5, report_to="none",
+        disable_tqdm=True, seed=0, temperature=0.05, warmup_steps=0,
+    )
+    values.update(settings)
+    return SimCSETrainer(model=encoder, args=SimCSEConfig(**values), train_dataset=dataset,
+                         data_collator=ViewCollator(encoder.tokenizer))
+
+
+def outcome(trainer, steps: int, note: str = "") -> dict:
+    """pass when every logged loss is finite and the run reached `steps`; the median step time in ms."""
+    losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+    ok = trainer.state.global_step == steps and bool(losses) and all(math.isfinite(x) for x in losses)
+    seconds = trainer.training_cost().get("train_step_seconds")
+    last = f"last loss {losses[-1]:.4f}" if losses else "no loss logged"
+    step_ms = None if seconds is None else 1000 * seconds
+    return {"ok": ok, "step_ms": step_ms, "note": "; ".join(filter(None, [last, note]))}
+
+
+# ---------------------------------------------------------------------------------------------- workers (one check)
+PRECISION_SETTINGS = {
+    "fp32": dict(precision="fp32", tf32=False), "tf32": dict(precision="fp32", tf32=True),
+    "bf16": dict(precision="bf16"), "fp16": dict(precision="fp16"),
+}
+
+
+def count_host_syncs(trainer) -> list[int]:
+    """Wrap `trainer.training_step` in CUDA's sync debug mode and count the synchronising operations per step."""
+    counts: list[int] = []
+    step = trainer.training_step
+
+    def counted(*args, **kwargs):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                return step(*args, **kwargs)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+                counts.append(sum("synchroniz" in str(w.message) for w in caught))
+
+    trainer.training_step = counted
+    return counts
+
+
+def worker(check: str, workdir: Path, steps: int, extra: dict) -> dict:
+    """Run one check in this process; returns its outcome."""
+    output = workdir / f"out-{check}"
+    if check in PRECISION_SETTINGS:
+        trainer = build_trainer(workdir, steps, output, **PRECISION_SETTINGS[check])
+        trainer.train()
+        return outcome(trainer, steps)
+    if check == "ddp2":  # both ranks on cuda:0 (TrainingArguments picks cuda:LOCAL_RANK)
+        os.environ["LOCAL_RANK"] = "0"
+        trainer = build_trainer(workdir, steps, output, precision="auto", ddp_backend="gloo")
+    elif check == "host_syncs":
+        trainer = build_trainer(workdir, steps, output, precision="auto")
+        counts = count_host_syncs(trainer)
+        trainer.train()
+        result = outcome(trainer, steps, f"{sum(counts) / max(len(counts), 1):.1f} syncs per step")
+        result["ok"] = result["ok"] and max(counts, default=0) <= 1  # transformers' SDPA mask check: 1 per forward
+        return result
+    else:  # fsdp, zero3 (launched by accelerate with their config) and the two halves of resume
+        settings = {k: v for k, v in extra.items() if k not in ("note", "resume_from_checkpoint")}
+        trainer = build_trainer(workdir, steps, output, **{"precision": "auto", **settings})
+    trainer.train(resume_from_checkpoint=extra.get("resume_from_checkpoint"))
+    return outcome(trainer, steps, extra.get("note", ""))
+
+
+# ---------------------------------------------------------------------------------------------- the driver
+def launch(check: str, args, extra: dict | None = None, wait: bool = True):
+    """Start the worker of `check` in its own process (torchrun / accelerate launch where the check needs them)."""
+    script = [str(Path(__file__).resolve()), "--worker", check, "--workdir", str(args.workdir), "--steps",
+              str(args.steps), "--extra", json.dumps(extra or {})]
+    if check == "ddp2":
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *script]
+    elif check in ("fsdp", "zero3"):
+        config = REPO / "recipes" / "accelerate_configs" / ("fsdp.yaml" if check == "fsdp" else "deepspeed_zero3.yaml")
+        command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config),
+                   "--num_processes", "1", *script]
+    else:
+        command = [sys.executable, *script]
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return process if not wait else finish(process, check, args)
+
+
+def finish(process, check: str, args) -> dict:
+    """Wait for a worker; its result file, or a failure with the end of its output."""
+    try:
+        log, _ = process.communicate(timeout=CHECK_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        log, _ = process.communicate()
+        return {"ok": False, "step_ms": None, "note": f"timed out after {CHECK_TIMEOUT} s"}
+    result = args.workdir / f"result-{check}.json"
+    if process.returncode == 0 and result.is_file():
+        return json.loads(result.read_text())
+    tail = " | ".join(line for line in (log or "").strip().splitlines()[-3:])
+    return {"ok": False, "step_ms": None, "note": f"exit {process.returncode}: {tail[-300:]}"}
+
+
+def complete_checkpoints(folder: Path) -> list[Path]:
+    """The checkpoints of `folder` whose completion mark is written, oldest first."""
+    marks = folder.glob("checkpoint-*/checkpoint_complete.json")
+    return sorted((m.parent for m in marks), key=lambda p: int(p.name.split("-")[1]))
+
+
+def resume_check(args) -> dict:
+    """Kill a run (SIGKILL) as soon as it has a complete checkpoint, then resume from its latest one to the end."""
+    # the first half would run on for 1000 steps: the kill comes while it trains
+    first = launch("resume-first", args, dict(save_strategy="steps", save_steps=10, max_steps=1000), wait=False)
+    folder = args.workdir / "out-resume-first"
+    deadline = time.time() + CHECK_TIMEOUT
+    while not complete_checkpoints(folder) and first.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    checkpoints = complete_checkpoints(folder)
+    if not checkpoints:
+        return {"ok": False, "step_ms": None, "note": "no checkpoint was completed before the kill"}
+    extra = dict(output_dir=str(folder), resume_from_checkpoint=str(checkpoints[-1]),
+                 note=f"killed, resumed from {checkpoints[-1].name}")
+    return launch("resume-second", args, extra)
+
+
+def run_check(check: str, args) -> dict:
+    if check == "zero3":
+        import importlib.util
+
+        if importlib.util.find_spec("deepspeed") is None:
+            return {"ok": None, "step_ms": None, "note": "skipped: deepspeed is not installed (pip install deepspeed)"}
+    return resume_check(args) if check == "resume" else launch(check, args)
+
+
+def table(rows: dict[str, dict]) -> str:
+    lines = [f"{'check':<12} {'result':<6} {'step ms':>8}  note", "-" * 80]
+    for check, row in rows.items():
+        result = "skip" if row["ok"] is None else "pass" if row["ok"] else "FAIL"
+        step = "" if row["step_ms"] is None else f"{row['step_ms']:.1f}"
+        lines.append(f"{check:<12} {result:<6} {step:>8}  {row['note']}")
+    return "\n".join(lines)
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=30, help="optimizer steps per run (resume: at least 20)")
+    parser.add_argument("--only", default=",".join(CHECKS), help=f"comma-separated subset of {', '.join(CHECKS)}")
+    parser.add_argument("--workdir", type=Path, default=None, help="scratch folder (default: a temporary one)")
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--extra", default="{}", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if not torch.cuda.is_available():
+        print(REFUSAL, file=sys.stderr)
+        return 2
+    if args.worker:
+        check = args.worker.removesuffix("-first").removesuffix("-second")
+        result = worker(check if check != "resume" else args.worker, args.workdir, args.steps, json.loads(args.extra))
+        if int(os.environ.get("RANK", "0")) == 0:
+            (args.workdir / f"result-{args.worker}.json").write_text(json.dumps(result))
+        return 0
+    args.workdir = args.workdir or Path(tempfile.mkdtemp(prefix="gpu_check_"))
+    args.steps = max(args.steps, 20)
+    write_model(args.workdir / "model")
+    print(f"gpu_check on {torch.cuda.get_device_name(0)}, torch {torch.__version__}, {args.steps} steps per run")
+    rows = {check: run_check(check, args) for check in args.only.split(",")}
+    print(table(rows))
+    return 0 if all(row["ok"] is not False for row in rows.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

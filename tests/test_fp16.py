@@ -1,0 +1,163 @@
+"""fp16 mixed precision, run on the CPU (torch has fp16 autocast and `GradScaler("cpu")` there): every method trains
+a few steps with a gradient scaler, with finite losses and its similarities and cross-entropies in fp32; a step
+whose gradient overflows is skipped by the scaler without touching the weights; ConSERT's FGV gradient is taken
+from the scaled loss, so it does not underflow through the fp16 layers."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from hf_sentcl.pipeline.train import build_stage
+from hf_sentcl.recipe.parser import parse_recipe
+from hf_sentcl.trainers import SimCSETrainer
+
+from helpers import random_sentences
+
+#: recipe keys of each method's fp16 run (beyond the common ones in `recipe_values`)
+METHODS = {
+    "simcse": dict(method="simcse"),
+    "simcse_sup": dict(method="simcse_sup"),
+    "sg": dict(method="self_guided", objective="sg", pooling="cls", head="none"),
+    "sg-opt": dict(method="self_guided", objective="sg-opt", pooling="cls", head="none"),
+    "consert_joint_fgv": dict(method="consert", supervised_mode="joint", adversarial=True,
+                              pooling="mean", head="none"),
+    "clear": dict(method="clear", augmentation="del_word", pooling="cls", head="none"),
+    "ifm": dict(method="simcse", perturbation="p-n+", margin=0.1, multi_task=True),
+    "byop": dict(method="consert", perturbation="p+", margin=0.1, pooling="mean", head="none"),
+    "cached": dict(method="simcse", mini_batch_size=4),
+    "clear_cached": dict(method="clear", augmentation="del_word", pooling="cls", head="none", mini_batch_size=4),
+}
+
+
+@pytest.fixture
+def train_files(tmp_path):
+    text = tmp_path / "train.txt"
+    text.write_text("\n".join(random_sentences(32, seed=3)) + "\n")
+    triplets = tmp_path / "triplets.csv"
+    rows = random_sentences(96, seed=4)
+    with triplets.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["sent0", "sent1", "hard_neg"])
+        writer.writerows(zip(rows[:32], rows[32:64], rows[64:]))
+    nli = tmp_path / "nli.csv"
+    with nli.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["premise", "hypothesis", "label"])
+        writer.writerows((a, b, i % 3) for i, (a, b) in enumerate(zip(rows[:32], rows[32:64])))
+    return {"text": text, "triplets": triplets, "nli": nli}
+
+
+def recipe_values(name, model_dir, data_dir, out_dir, files, **overrides):
+    values = dict(
+        model_name_or_path=str(model_dir), sts_data_dir=str(data_dir), output_dir=str(out_dir),
+        per_device_train_batch_size=8, learning_rate=1e-4, max_steps=3, eval_strategy="no", save_strategy="no",
+        load_best_model_at_end=False, logging_steps=1, report_to="none", use_cpu=True, disable_tqdm=True,
+        seed=0, max_seq_length=32, fp16=True, warmup_steps=0,
+    )
+    values.update(METHODS[name])
+    if values["method"] == "simcse_sup":
+        values["train_file"] = str(files["triplets"])
+    elif values.get("supervised_mode") == "joint":
+        values["nli_source"] = str(files["nli"])
+    else:
+        values["train_file"] = str(files["text"])
+    values.update(overrides)
+    return values
+
+
+def build_trainer(tmp_path, name, tiny_bert_dir, senteval_dir, files, **overrides):
+    recipe = parse_recipe(None, (), **recipe_values(name, tiny_bert_dir, senteval_dir, tmp_path / name, files,
+                                                    **overrides))
+    return build_stage(recipe).trainer
+
+
+class DtypeProbe:
+    """Records the dtype of every cross-entropy's (and logsumexp's) logits, and of the first encoder layer's query
+    projection's output."""
+
+    def __init__(self, monkeypatch, trainer):
+        self.logits: list[torch.dtype] = []
+        self.linear: list[torch.dtype] = []
+        original = F.cross_entropy
+
+        def cross_entropy(logits, *args, **kwargs):
+            self.logits.append(logits.dtype)
+            return original(logits, *args, **kwargs)
+
+        def logsumexp(logits, *args, **kwargs):  # SG-OPT's loss is written with logsumexp, not cross_entropy
+            self.logits.append(logits.dtype)
+            return original_lse(logits, *args, **kwargs)
+
+        original_lse = torch.logsumexp
+        monkeypatch.setattr(F, "cross_entropy", cross_entropy)
+        monkeypatch.setattr(torch, "logsumexp", logsumexp)
+        query = next(m for n, m in trainer.model.named_modules() if n.endswith("layer.0.attention.self.query"))
+        query.register_forward_hook(lambda module, args, output: self.linear.append(output.dtype))
+
+
+@pytest.mark.parametrize("name", list(METHODS))
+def test_every_method_trains_under_fp16_with_a_scaler(name, tmp_path, tiny_bert_dir, senteval_dir, train_files,
+                                                      monkeypatch):
+    """A few fp16 steps: the scaler is the CPU one, the encoder's matmuls run in fp16, every cross-entropy (the
+    similarity logits included) gets fp32 logits, and every logged loss is finite."""
+    trainer = build_trainer(tmp_path, name, tiny_bert_dir, senteval_dir, train_files)
+    assert isinstance(trainer.accelerator.scaler, torch.amp.GradScaler) and trainer.accelerator.native_amp
+    probe = DtypeProbe(monkeypatch, trainer)
+    trainer.train()
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    print(f"fp16 {name}: losses {[round(x, 4) for x in losses]}")
+    assert len(losses) == 3 and all(torch.isfinite(torch.tensor(losses)))
+    assert torch.float16 in probe.linear, "the encoder did not run under fp16 autocast"
+    assert probe.logits and set(probe.logits) == {torch.float32}, probe.logits
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+
+
+def test_an_overflowing_step_is_skipped_by_the_scaler(tmp_path, tiny_bert_dir, senteval_dir, train_files,
+                                                      monkeypatch):
+    """A loss whose scaled gradient overflows: the scaler skips both steps (weights untouched, scale halved twice),
+    training finishes without an error and the logged loss stays finite."""
+    original = SimCSETrainer.contrastive_loss
+
+    def huge(self, views):
+        loss, components = original(self, views)
+        return loss * 1e38, components  # finite in fp32; times the scale (65536) it is inf
+
+    monkeypatch.setattr(SimCSETrainer, "contrastive_loss", huge)
+    trainer = build_trainer(tmp_path, "simcse", tiny_bert_dir, senteval_dir, train_files, max_steps=2)
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    trainer.train()
+    after = trainer.model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert trainer.accelerator.scaler.get_scale() == 65536.0 / 4
+    assert trainer.state.global_step == 2
+    assert all(torch.isfinite(torch.tensor(e["loss"])) for e in trainer.state.log_history if "loss" in e)
+
+
+def fgv(trainer, batch, scaler, autocast: bool) -> torch.Tensor:
+    """ConSERT's FGV perturbation of one batch with the given scaler (None: unscaled), under fp16 autocast or not."""
+    trainer.accelerator.scaler = scaler
+    names, _, view2 = trainer.supervised_blocks()
+    with torch.autocast("cpu", dtype=torch.float16, enabled=autocast):
+        return trainer.adversarial_perturbation(trainer.model, batch, batch["labels"], names, view2)
+
+
+def test_fgv_gradient_is_taken_from_the_scaled_loss(tmp_path, tiny_bert_dir, senteval_dir, train_files):
+    """With a small classifier the NLI loss's gradient w.r.t. the embeddings is tiny: through fp16 layers it
+    underflows to zero unscaled (no perturbation at all), while from the scaled loss it has the fp32 direction."""
+    trainer = build_trainer(tmp_path, "consert_joint_fgv", tiny_bert_dir, senteval_dir, train_files)
+    with torch.no_grad():
+        trainer.classifier.weight.mul_(1e-6)
+    trainer.model.train()
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(8)])
+    reference = fgv(trainer, batch, None, autocast=False)
+    unscaled = fgv(trainer, batch, None, autocast=True)
+    scaled = fgv(trainer, batch, torch.amp.GradScaler("cpu"), autocast=True)
+    assert reference.abs().sum() > 0
+    assert unscaled.abs().sum() == 0, "the unscaled fp16 gradient should underflow (the case the fix is for)"
+    cosine = F.cosine_similarity(scaled.float().flatten(), reference.float().flatten(), dim=0)
+    assert cosine > 0.9, cosine  # measured 0.95: fp16 forward, gradients near fp16's subnormal range
+    assert torch.allclose(scaled.float().norm(), reference.float().norm(), rtol=0.05)
