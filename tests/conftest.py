@@ -1,6 +1,7 @@
 """Shared fixtures: offline environment, tiny random BERT/RoBERTa directories, a tiny SentEval layout."""
 
 import atexit
+import csv
 import os
 import shutil
 import tempfile
@@ -23,7 +24,7 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from helpers import build_tiny_bert, build_tiny_roberta, write_full_senteval  # noqa: E402
+from helpers import build_tiny_bert, build_tiny_roberta, random_sentences, write_full_senteval  # noqa: E402
 
 # The models here are tiny: one intra-op thread is as fast as two on an idle machine and avoids OpenMP
 # oversubscription stalls (10x slower steps) when the 2 cores are shared with other work.
@@ -68,3 +69,21 @@ def real_data_dir() -> Path:
     if not REAL_DATA or not Path(REAL_DATA).is_dir():
         pytest.skip("HF_SENTCL_DATA is not set to the SentEval data directory")
     return Path(REAL_DATA)
+
+
+@pytest.fixture
+def train_files(tmp_path):
+    text = tmp_path / "train.txt"
+    text.write_text("\n".join(random_sentences(32, seed=3)) + "\n")
+    triplets = tmp_path / "triplets.csv"
+    rows = random_sentences(96, seed=4)
+    with triplets.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["sent0", "sent1", "hard_neg"])
+        writer.writerows(zip(rows[:32], rows[32:64], rows[64:]))
+    nli = tmp_path / "nli.csv"
+    with nli.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["premise", "hypothesis", "label"])
+        writer.writerows((a, b, i % 3) for i, (a, b) in enumerate(zip(rows[:32], rows[32:64])))
+    return {"text": text, "triplets": triplets, "nli": nli}

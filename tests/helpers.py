@@ -11,8 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from hf_sentcl.evaluation import transfer
+from hf_sentcl.pipeline.train import build_stage
+from hf_sentcl.recipe.parser import parse_recipe
 
 SPECIAL_BERT = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
@@ -358,3 +361,67 @@ SENTENCES = [
 
 def batch_of(encoder, sentences=SENTENCES):
     return encoder.tokenizer(sentences, padding=True, return_tensors="pt")
+
+
+#: recipe keys of each method's fp16 run (beyond the common ones in `recipe_values`)
+METHOD_SETTINGS = {
+    "simcse": dict(method="simcse"),
+    "simcse_sup": dict(method="simcse_sup"),
+    "sg": dict(method="self_guided", objective="sg", pooling="cls", head="none"),
+    "sg-opt": dict(method="self_guided", objective="sg-opt", pooling="cls", head="none"),
+    "consert_joint_fgv": dict(method="consert", supervised_mode="joint", adversarial=True,
+                              pooling="mean", head="none"),
+    "clear": dict(method="clear", augmentation="del_word", pooling="cls", head="none"),
+    "ifm": dict(method="simcse", perturbation="p-n+", margin=0.1, multi_task=True),
+    "byop": dict(method="consert", perturbation="p+", margin=0.1, pooling="mean", head="none"),
+    "cached": dict(method="simcse", mini_batch_size=4),
+    "clear_cached": dict(method="clear", augmentation="del_word", pooling="cls", head="none", mini_batch_size=4),
+}
+
+
+def recipe_values(name, model_dir, data_dir, out_dir, files, **overrides):
+    values = dict(
+        model_name_or_path=str(model_dir), sts_data_dir=str(data_dir), output_dir=str(out_dir),
+        per_device_train_batch_size=8, learning_rate=1e-4, max_steps=3, eval_strategy="no", save_strategy="no",
+        load_best_model_at_end=False, logging_steps=1, report_to="none", use_cpu=True, disable_tqdm=True,
+        seed=0, max_seq_length=32, fp16=True, warmup_steps=0,
+    )
+    values.update(METHOD_SETTINGS[name])
+    if values["method"] == "simcse_sup":
+        values["train_file"] = str(files["triplets"])
+    elif values.get("supervised_mode") == "joint":
+        values["nli_source"] = str(files["nli"])
+    else:
+        values["train_file"] = str(files["text"])
+    values.update(overrides)
+    return values
+
+
+def build_trainer(tmp_path, name, tiny_bert_dir, senteval_dir, files, **overrides):
+    recipe = parse_recipe(None, (), **recipe_values(name, tiny_bert_dir, senteval_dir, tmp_path / name, files,
+                                                    **overrides))
+    return build_stage(recipe).trainer
+
+
+class DtypeProbe:
+    """Records the dtype of every cross-entropy's (and logsumexp's) logits, and of the first encoder layer's query
+    projection's output."""
+
+    def __init__(self, monkeypatch, trainer):
+        self.logits: list[torch.dtype] = []
+        self.linear: list[torch.dtype] = []
+        original = F.cross_entropy
+
+        def cross_entropy(logits, *args, **kwargs):
+            self.logits.append(logits.dtype)
+            return original(logits, *args, **kwargs)
+
+        def logsumexp(logits, *args, **kwargs):  # SG-OPT's loss is written with logsumexp, not cross_entropy
+            self.logits.append(logits.dtype)
+            return original_lse(logits, *args, **kwargs)
+
+        original_lse = torch.logsumexp
+        monkeypatch.setattr(F, "cross_entropy", cross_entropy)
+        monkeypatch.setattr(torch, "logsumexp", logsumexp)
+        query = next(m for n, m in trainer.model.named_modules() if n.endswith("layer.0.attention.self.query"))
+        query.register_forward_hook(lambda module, args, output: self.linear.append(output.dtype))

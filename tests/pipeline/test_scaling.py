@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
-
 from helpers import random_sentences
+from safetensors.torch import load_file
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "recipes" / "accelerate_configs"

@@ -1,12 +1,12 @@
 """Cross-process in-batch negatives: 2 gloo processes reproduce the 1-process loss and (after DDP's averaging)
 its gradients, through `gather_with_grad` + `scale_gradient` and through `ContrastiveTrainer.compute_loss`."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-
-from types import SimpleNamespace
 
 from hf_sentcl.common.distributed import gather_with_grad, mean_over_processes, world_size
 from hf_sentcl.losses import info_nce

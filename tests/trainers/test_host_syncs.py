@@ -15,11 +15,10 @@ import sys
 
 import pytest
 import torch
+from helpers import METHOD_SETTINGS, build_trainer
 
 from hf_sentcl.modeling.health import TrainingFailure
 from hf_sentcl.trainers import SimCSETrainer
-
-from test_fp16 import METHODS, build_trainer, train_files  # noqa: F401  (train_files is a fixture)
 
 #: Tensor methods that read a value on the host (or copy to it)
 HOST_READS = ("item", "tolist", "__bool__", "__float__", "__int__", "cpu", "numpy")
@@ -101,7 +100,7 @@ def test_forbid_host_reads_catches_each_read():
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
-@pytest.mark.parametrize("name", list(METHODS))
+@pytest.mark.parametrize("name", list(METHOD_SETTINGS))
 def test_the_training_step_makes_no_host_read(name, precision, tmp_path, tiny_bert_dir, senteval_dir, train_files):
     """Two optimizer steps of every method, fp32 and fp16 (with its scaler): no host read in `training_step`."""
     trainer = build_trainer(tmp_path, name, tiny_bert_dir, senteval_dir, train_files, fp16=precision == "fp16",

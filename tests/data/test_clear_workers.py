@@ -6,15 +6,13 @@ from __future__ import annotations
 import pickle
 
 import torch
+from helpers import build_trainer, random_sentences
 from torch.utils.data import DataLoader
 from transformers import AutoTokenizer
 
 from hf_sentcl.augment.text import SentenceAugmenter
 from hf_sentcl.data.clear import EXAMPLE_INDEX, CLEARCollator, WordSegmenter, add_delete_token
 from hf_sentcl.data.corpus import VIEW_PREFIX
-
-from helpers import random_sentences
-from test_fp16 import build_trainer, train_files  # noqa: F401  (train_files is a fixture)
 
 
 def collator_and_features(tiny_bert_dir, n=16):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import DtypeProbe, build_trainer
 
 from hf_sentcl.configs import SimCSEConfig
 from hf_sentcl.configs.arguments import DataArguments, eval_mixed_precision
@@ -15,9 +16,7 @@ from hf_sentcl.modeling import precision as P
 from hf_sentcl.recipe.metadata import precision_summary
 from hf_sentcl.recipe.parser import parse_recipe
 
-from test_fp16 import DtypeProbe, build_trainer, train_files  # noqa: F401  (train_files is a fixture)
-
-RECIPES = sorted((Path(__file__).resolve().parents[1] / "recipes").glob("*.yaml"))
+RECIPES = sorted((Path(__file__).resolve().parents[2] / "recipes").glob("*.yaml"))
 #: recipes of the papers' backbones (BERT / RoBERTa), which state the mixed precision and tf32
 PAPER_RECIPES = [p for p in RECIPES if re.search(r"_(bert|roberta|d_bert)(_|\.|$)", p.name)]
 

@@ -5,101 +5,15 @@ from the scaled loss, so it does not underflow through the fp16 layers."""
 
 from __future__ import annotations
 
-import csv
-
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import METHOD_SETTINGS, DtypeProbe, build_trainer
 
-from hf_sentcl.pipeline.train import build_stage
-from hf_sentcl.recipe.parser import parse_recipe
 from hf_sentcl.trainers import SimCSETrainer
 
-from helpers import random_sentences
 
-#: recipe keys of each method's fp16 run (beyond the common ones in `recipe_values`)
-METHODS = {
-    "simcse": dict(method="simcse"),
-    "simcse_sup": dict(method="simcse_sup"),
-    "sg": dict(method="self_guided", objective="sg", pooling="cls", head="none"),
-    "sg-opt": dict(method="self_guided", objective="sg-opt", pooling="cls", head="none"),
-    "consert_joint_fgv": dict(method="consert", supervised_mode="joint", adversarial=True,
-                              pooling="mean", head="none"),
-    "clear": dict(method="clear", augmentation="del_word", pooling="cls", head="none"),
-    "ifm": dict(method="simcse", perturbation="p-n+", margin=0.1, multi_task=True),
-    "byop": dict(method="consert", perturbation="p+", margin=0.1, pooling="mean", head="none"),
-    "cached": dict(method="simcse", mini_batch_size=4),
-    "clear_cached": dict(method="clear", augmentation="del_word", pooling="cls", head="none", mini_batch_size=4),
-}
-
-
-@pytest.fixture
-def train_files(tmp_path):
-    text = tmp_path / "train.txt"
-    text.write_text("\n".join(random_sentences(32, seed=3)) + "\n")
-    triplets = tmp_path / "triplets.csv"
-    rows = random_sentences(96, seed=4)
-    with triplets.open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["sent0", "sent1", "hard_neg"])
-        writer.writerows(zip(rows[:32], rows[32:64], rows[64:]))
-    nli = tmp_path / "nli.csv"
-    with nli.open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["premise", "hypothesis", "label"])
-        writer.writerows((a, b, i % 3) for i, (a, b) in enumerate(zip(rows[:32], rows[32:64])))
-    return {"text": text, "triplets": triplets, "nli": nli}
-
-
-def recipe_values(name, model_dir, data_dir, out_dir, files, **overrides):
-    values = dict(
-        model_name_or_path=str(model_dir), sts_data_dir=str(data_dir), output_dir=str(out_dir),
-        per_device_train_batch_size=8, learning_rate=1e-4, max_steps=3, eval_strategy="no", save_strategy="no",
-        load_best_model_at_end=False, logging_steps=1, report_to="none", use_cpu=True, disable_tqdm=True,
-        seed=0, max_seq_length=32, fp16=True, warmup_steps=0,
-    )
-    values.update(METHODS[name])
-    if values["method"] == "simcse_sup":
-        values["train_file"] = str(files["triplets"])
-    elif values.get("supervised_mode") == "joint":
-        values["nli_source"] = str(files["nli"])
-    else:
-        values["train_file"] = str(files["text"])
-    values.update(overrides)
-    return values
-
-
-def build_trainer(tmp_path, name, tiny_bert_dir, senteval_dir, files, **overrides):
-    recipe = parse_recipe(None, (), **recipe_values(name, tiny_bert_dir, senteval_dir, tmp_path / name, files,
-                                                    **overrides))
-    return build_stage(recipe).trainer
-
-
-class DtypeProbe:
-    """Records the dtype of every cross-entropy's (and logsumexp's) logits, and of the first encoder layer's query
-    projection's output."""
-
-    def __init__(self, monkeypatch, trainer):
-        self.logits: list[torch.dtype] = []
-        self.linear: list[torch.dtype] = []
-        original = F.cross_entropy
-
-        def cross_entropy(logits, *args, **kwargs):
-            self.logits.append(logits.dtype)
-            return original(logits, *args, **kwargs)
-
-        def logsumexp(logits, *args, **kwargs):  # SG-OPT's loss is written with logsumexp, not cross_entropy
-            self.logits.append(logits.dtype)
-            return original_lse(logits, *args, **kwargs)
-
-        original_lse = torch.logsumexp
-        monkeypatch.setattr(F, "cross_entropy", cross_entropy)
-        monkeypatch.setattr(torch, "logsumexp", logsumexp)
-        query = next(m for n, m in trainer.model.named_modules() if n.endswith("layer.0.attention.self.query"))
-        query.register_forward_hook(lambda module, args, output: self.linear.append(output.dtype))
-
-
-@pytest.mark.parametrize("name", list(METHODS))
+@pytest.mark.parametrize("name", list(METHOD_SETTINGS))
 def test_every_method_trains_under_fp16_with_a_scaler(name, tmp_path, tiny_bert_dir, senteval_dir, train_files,
                                                       monkeypatch):
     """A few fp16 steps: the scaler is the CPU one, the encoder's matmuls run in fp16, every cross-entropy (the
