@@ -118,16 +118,21 @@ def default_position_ids(embeddings: nn.Module, input_ids: torch.Tensor | None, 
     return torch.arange(shape[1], device=device).expand(shape[0], -1)
 
 
-def has_hooks(module: nn.Module) -> bool:
-    return any(m._forward_hooks or m._forward_pre_hooks for m in module.modules())
+def has_row_hooks(embeddings: nn.Module) -> bool:
+    """Whether the embedding module or a submodule other than its word-embedding table has forward (pre-)hooks:
+    those see (rows, L) position ids or a (rows, L, d) output (ConSERT's augmentations). Hooks on the table act
+    token by token (transformers' `enable_input_require_grads`, which gradient checkpointing installs)."""
+    table = getattr(embeddings, "word_embeddings", None)
+    return any(m._forward_hooks or m._forward_pre_hooks for m in embeddings.modules() if m is not table)
 
 
-def packed_embeddings(embeddings: nn.Module, indices: torch.Tensor, input_ids, token_type_ids, position_ids,
+def packed_embeddings(model: nn.Module, indices: torch.Tensor, input_ids, token_type_ids, position_ids,
                       inputs_embeds) -> torch.Tensor:
     """The embedding output of the real tokens, (total_tokens, hidden). Computed on the packed tokens (one row of
     total_tokens, each with its own position id), or on the padded batch and then packed when the module carries
     hooks (they see the shapes of the padded forward) or the input is `inputs_embeds`."""
-    if inputs_embeds is not None or has_hooks(embeddings):
+    embeddings = model.embeddings
+    if inputs_embeds is not None or has_row_hooks(embeddings):
         padded = embeddings(input_ids=input_ids, token_type_ids=token_type_ids, position_ids=position_ids,
                             inputs_embeds=inputs_embeds)
         return pack(padded, indices)
@@ -191,7 +196,7 @@ def unpadded_forward(
     model = base_model(backbone)
     batch, length = attention_mask.shape
     indices = attention_mask.flatten().nonzero().flatten()
-    hidden = packed_embeddings(model.embeddings, indices, input_ids, token_type_ids, position_ids, inputs_embeds)
+    hidden = packed_embeddings(model, indices, input_ids, token_type_ids, position_ids, inputs_embeds)
     mask = padding_mask(attention_mask, model.config._attn_implementation or "eager", hidden.dtype)
     states = [hidden] if output_hidden_states else None
     for layer in model.encoder.layer:
@@ -246,10 +251,13 @@ def flattened_forward(backbone: nn.Module, input_ids: torch.Tensor, attention_ma
 
 def run_backbone(backbone: nn.Module, unpadded: bool = True, *, input_ids=None, attention_mask=None,
                  token_type_ids=None, position_ids=None, inputs_embeds=None, output_hidden_states=False):
-    """The backbone's forward by the route `backbone_route` picks (`unpadded=False`: always the padded forward).
+    """The backbone's forward by the route `backbone_route` picks (`unpadded=False`, or forward hooks on the
+    backbone module itself: its own padded forward).
     Returns an output with padded `last_hidden_state` and (when asked) `hidden_states`."""
     reference = input_ids if input_ids is not None else inputs_embeds
     route = backbone_route(backbone, reference.device, unpadded) if attention_mask is not None else "padded"
+    if backbone._forward_hooks or backbone._forward_pre_hooks:
+        route = "padded"  # hooks on the backbone expect its own forward to run
     if route == "flattened" and (token_type_ids is not None or position_ids is not None or input_ids is None):
         route = "padded"  # the flattened batch carries its own positions and no token types
     if route == "unpadded":
