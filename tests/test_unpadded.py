@@ -173,3 +173,59 @@ def test_flattened_batch_matches_transformers_collator(tiny_backbone_dir):
     for key in ("input_ids", "position_ids", "cu_seq_lens_q", "cu_seq_lens_k"):
         assert torch.equal(ours[key], theirs[key]) and ours[key].dtype == theirs[key].dtype, key
     assert ours["max_length_q"] == theirs["max_length_q"] == ours["max_length_k"]
+
+
+# ---------------------------------------------------------------------- one training step per method
+METHOD_RECIPES = {
+    "simcse": {"pooling": "cls", "head": "mlp"},
+    "byop": {"method": "simcse", "perturbation": "n-", "margin": 0.05},
+    "simcse_sup": {"head": "mlp", "train_file": "{nli}"},
+    "sg": {"method": "self_guided", "objective": "sg", "head": "none", "projection_size": 16},
+    "sg-opt": {"method": "self_guided", "objective": "sg-opt", "head": "none", "projection_size": 16},
+    "consert": {"head": "none", "pooling": "mean", "augmentation1": "shuffle", "augmentation2": "token_cutoff"},
+    "consert-feature": {"method": "consert", "head": "none", "pooling": "mean", "augmentation1": "feature_cutoff",
+                        "augmentation2": "dropout"},
+    "clear": {"head": "none", "augmentation": "del_span", "mlm_weight": 1.0},
+}
+
+
+def method_stage(method, tmp_path, tiny_bert_dir, senteval_dir):
+    from hf_sentcl.pipeline.train import build_stage
+    from hf_sentcl.recipe.parser import parse_recipe
+
+    corpus = tmp_path / "train.txt"
+    corpus.write_text("\n".join(random_sentences(16, seed=3, min_words=1, max_words=14)) + "\n")
+    nli = tmp_path / "nli.csv"
+    rows = random_sentences(48, seed=5, min_words=1, max_words=12)
+    nli.write_text("sent0,sent1,hard_neg\n" + "".join(f"{a},{b},{c}\n" for a, b, c in zip(*[iter(rows)] * 3)))
+    values = {"method": method, "model_name_or_path": tiny_bert_dir, "train_file": corpus, "sts_data_dir":
+              senteval_dir, "output_dir": tmp_path / "out", "dropout": 0.0, "per_device_train_batch_size": 8,
+              "use_cpu": "true", "report_to": "none", "eval_strategy": "no", "load_best_model_at_end": "false",
+              "save_strategy": "no", "disable_tqdm": "true"}
+    values.update({k: (nli if v == "{nli}" else v) for k, v in METHOD_RECIPES[method].items()})
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("".join(f"{key}: {value}\n" for key, value in values.items()))
+    return build_stage(parse_recipe(recipe))
+
+
+@pytest.mark.parametrize("method", list(METHOD_RECIPES))
+def test_one_training_step_per_method_equal_loss(method, tmp_path, tiny_bert_dir, senteval_dir):
+    stage = method_stage(method, tmp_path, tiny_bert_dir, senteval_dir)
+    trainer, encoder = stage.trainer, stage.encoder
+    inputs = trainer.data_collator([trainer.train_dataset[i] for i in range(8)])
+    assert (inputs["attention_mask"] == 0).any()
+    results = []
+    for unpadded_on in (False, True):
+        encoder.config.unpadded = unpadded_on
+        encoder.train()
+        encoder.zero_grad(set_to_none=True)
+        torch.manual_seed(0)  # the same augmentations and sampled layers in both runs
+        loss = trainer.compute_loss(encoder, dict(inputs))
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in encoder.named_parameters() if p.grad is not None}
+        results.append((loss.detach(), grads))
+    (padded_loss, padded_grads), (loss, grads) = results
+    print(f"{method}: loss {padded_loss.item():.6f} vs {loss.item():.6f}")
+    assert abs(loss - padded_loss).item() <= TOLERANCE * max(1.0, abs(padded_loss.item()))
+    assert grads.keys() == padded_grads.keys()
+    assert max((grads[k] - padded_grads[k]).abs().max().item() for k in grads) <= 1e-4
