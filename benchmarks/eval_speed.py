@@ -67,13 +67,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sts-tasks", default=",".join(STS_TASKS), help="A subset of the 7 tasks, for a quick check of the script."
     )
+    parser.add_argument("--unpadded", action=argparse.BooleanOptionalAction, default=True,
+                        help="hf_sentcl's unpadded encode (default); --no-unpadded: the padded forward.")
     parser.add_argument("--output", default=None, help="Also write the measurements as JSON here.")
     args = parser.parse_args(argv)
 
     evaluator = STSEvaluator(args.data_dir, tasks=tuple(t for t in args.sts_tasks.split(",") if t), mode=MODE)
     path = resolve_model_name(args.model)
     st_model = SentenceTransformer(path, device="cpu")
-    encoder = SentenceEncoder.from_backbone(path, pooling="mean")
+    encoder = SentenceEncoder.from_backbone(path, pooling="mean", unpadded=args.unpadded)
     pairs = sum(len(p) for subsets in evaluator.data.values() for p in subsets.values())
     print(f"{pairs} pairs, {2 * pairs} sentences encoded by the baseline, {len(evaluator.sentences())} distinct; "
           f"torch threads: {torch.get_num_threads()}; CPU {torch.backends.cpu.get_cpu_capability()}, oneDNN bf16: "

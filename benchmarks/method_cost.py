@@ -57,6 +57,7 @@ def method_recipe(name: str, args: argparse.Namespace, output_dir: str) -> Recip
         max_seq_length=args.max_seq_length, per_device_train_batch_size=args.batch_size, max_steps=args.steps,
         bf16=args.precision == "bf16", seed=args.seed, eval_strategy="no", save_strategy="no",
         load_best_model_at_end=False, logging_steps=10, disable_tqdm=True, eval_tasks=[], output_dir=output_dir,
+        unpadded=args.unpadded,
     )
     return parse_recipe(RECIPES / recipe_file, **common, **own)
 
@@ -73,6 +74,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
                         help="torch.set_num_threads (default: every core this process may use).")
+    parser.add_argument("--unpadded", action=argparse.BooleanOptionalAction, default=True,
+                        help="The encoder's unpadded path (default); --no-unpadded measures the padded forward.")
     parser.add_argument("--output", default=None, help="Also write every measurement as JSON here.")
     args = parser.parse_args(argv)
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]

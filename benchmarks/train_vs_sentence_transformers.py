@@ -4,6 +4,16 @@
         [--precisions fp32,bf16] [--variant "grouped: --train_sampling_strategy group_by_length"] [--output out.json]
     ... --profile        # instead: where the time of one training step goes, per phase, for both trainers
 
+hf_sentcl runs its default, unpadded encoder path (`unpadded: true`: token-wise work on real tokens only); a
+`hf_sentcl+padded` row (`--unpadded false`) is measured beside it unless `--no-padded-row`.
+
+`--gemm` (default on) first measures this machine's fp32 GEMM rate at the encoder's shapes (`gemm_rate.py`: one
+layer's forward and backward GEMMs at the mean real token count of a step, torch.matmul, the benchmark's threads)
+and counts the real and padded tokens of the steps of hf_sentcl's own dataloader; the table then gives each row's
+share of the GEMM limit: 6 x non-embedding parameters x real tokens at the measured rate, over the measured step
+time (the useful work; padding counts as waste). The same figure with padded tokens (the work a padded forward
+does) is printed below the table.
+
 Both sides train the embedded all-MiniLM-L6-v2 on the same first `--train-samples` (4,096) sentences of the
 Wikipedia subset (`$HF_SENTCL_DATA/../wiki1m_subset.txt` or `--train-file`) for one epoch: batch 64, max_len 32,
 tau 0.05, lr 3e-5, the same seed, no evaluation or saving during training, in fp32 and in bf16 (CPU autocast).
@@ -51,6 +61,7 @@ from sentence_transformers import SentenceTransformer, SentenceTransformerTraine
 from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 from sentence_transformers.sentence_transformer.training_args import SentenceTransformerTrainingArguments
 from transformers import set_seed
+from gemm_rate import gemm_rate, gemm_share, step_tokens
 from training_cost import alternating, medians, profile_training_step, ratio, train_measured, trainer_from_recipe
 
 from hf_sentcl.data import load_training_dataset
@@ -193,6 +204,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sts", action=argparse.BooleanOptionalAction, default=True,
                         help="Score the trained models on the 7 STS tasks (first round).")
     parser.add_argument("--eval-batch-size", type=int, default=128)
+    parser.add_argument("--padded-row", action=argparse.BooleanOptionalAction, default=True,
+                        help="Also measure hf_sentcl with the padded encoder path (variant 'padded: --unpadded false').")
+    parser.add_argument("--gemm", action=argparse.BooleanOptionalAction, default=True,
+                        help="Measure the fp32 GEMM rate at the encoder's shapes and report each step's share of it.")
     parser.add_argument("--profile", action="store_true",
                         help="Profile one training step of each configuration (per precision) instead of timing runs.")
     parser.add_argument("--output", default=None, help="Also write every measurement as JSON here.")
@@ -237,6 +252,8 @@ def benchmark(args: argparse.Namespace, workdir: str) -> int:
     torch.set_num_threads(args.threads)
     datasets.disable_progress_bars()
     variants = parse_variants(args.variant)
+    if args.padded_row:
+        variants = {f"{HF}+padded": {"unpadded": False}, **variants}
     probe = hf_recipe(args, False, {}, "unused")
     sentences = load_training_dataset(probe.data, ("text",))["text"]
     print(f"{len(sentences)} training sentences from {args.train_file}; torch threads {torch.get_num_threads()}; "
@@ -252,6 +269,7 @@ def benchmark(args: argparse.Namespace, workdir: str) -> int:
     st_trainer, st_model = build_st(args, False, sentences, workdir)
     shared = check_like_with_like(hf_trainer, hf_encoder, st_trainer, st_model)
     eval_max_len = hf_encoder.max_seq_length  # the sentence-transformers model is scored at the same truncation
+    gemm = measure_gemm(hf_trainer, hf_encoder) if args.gemm else None
     del hf_trainer, hf_encoder, st_trainer, st_model
     print("Shared settings: " + ", ".join(f"{k}={v}" for k, v in shared.items()), flush=True)
 
@@ -282,20 +300,49 @@ def benchmark(args: argparse.Namespace, workdir: str) -> int:
                 print(line, flush=True)
                 del model
 
-    report = summarize(args, runs, sts, names, shared)
+    report = summarize(args, runs, sts, names, shared, gemm)
     if args.output:
         Path(args.output).write_text(json.dumps(report, indent=2, default=str) + "\n")
     return 0
 
 
-def summarize(args, runs: dict[str, list[dict]], sts: dict, names: list[str], shared) -> dict:
+def measure_gemm(trainer, encoder) -> dict:
+    """The machine's fp32 GEMM rate at the encoder's shapes (at a step's mean real token count), the tokens per step
+    of hf_sentcl's dataloader, and the layers' parameter count (the 6 x N x T work of a step)."""
+    tokens = step_tokens(trainer, copies=2)
+    config = encoder.backbone.config
+    rate = gemm_rate(config.hidden_size, config.intermediate_size, int(round(tokens["real"])))
+    params = sum(p.numel() for p in encoder.backbone.encoder.parameters())
+    gemm = {**rate, "layer_parameters": params, "real_tokens_per_step": tokens["real"],
+            "padded_tokens_per_step": tokens["padded"], "steps": tokens["steps"]}
+    gemm["gemm_limit_step_seconds"] = 6.0 * params * tokens["real"] / (rate["gflops"] * 1e9)
+    print(f"GEMM rate (fp32, {rate['threads']} thread(s), one layer's training GEMMs at {rate['tokens']} tokens): "
+          f"{rate['gflops']:.1f} GFLOP/s. Per step: {tokens['real']:.0f} real tokens of {tokens['padded']:.0f} "
+          f"padded positions ({100 * tokens['real'] / tokens['padded']:.0f}% real), {params / 1e6:.2f}M layer "
+          f"parameters: GEMM limit {gemm['gemm_limit_step_seconds']:.3f} s per step.", flush=True)
+    return gemm
+
+
+def gemm_shares(summary: dict, gemm: dict | None) -> dict[str, dict[str, float | None]]:
+    """Each row's share of the GEMM limit, for the useful (real-token) work and for the padded work."""
+    if gemm is None:
+        return {}
+    return {
+        key: {kind: gemm_share(row.get("train_step_seconds"), gemm[f"{kind}_tokens_per_step"],
+                               gemm["layer_parameters"], gemm["gflops"]) for kind in ("real", "padded")}
+        for key, row in summary.items()
+    }
+
+
+def summarize(args, runs: dict[str, list[dict]], sts: dict, names: list[str], shared, gemm=None) -> dict:
     """Print the medians and the hf_sentcl / sentence-transformers ratios; return everything as a dict."""
     summary = {key: medians(values) for key, values in runs.items()}
+    shares = gemm_shares(summary, gemm)
     print(f"\nMedians over {args.rounds} round(s); {args.threads} thread(s); batch {args.batch_size}, max_len "
           f"{args.max_seq_length}, {args.train_samples} sentences. Ratios are this row / sentence-transformers at the "
           "same precision; 'per CPU-s' divides by the process CPU time of the same steps.")
     print("| configuration | pairs/s | pairs per CPU-s | first step s | train() s | peak MiB | STS avg | "
-          "x pairs/s | x pairs per CPU-s | x peak | STS - ST |\n|---|" + "---:|" * 10)
+          "x pairs/s | x pairs per CPU-s | x peak | STS - ST | GEMM share |\n|---|" + "---:|" * 11)
     ratios = {}
     for precision in args.precisions:
         base = summary[f"{ST} {precision}"]
@@ -316,7 +363,13 @@ def summarize(args, runs: dict[str, list[dict]], sts: dict, names: list[str], sh
                   f"{_fmt(row.get('train_examples_per_cpu_second'), 1)} | {_fmt(row.get('first_step_seconds'), 1)} | "
                   f"{_fmt(row.get('train_seconds'), 1)} | {_fmt(row.get('run_peak_mb'), 0)} | {_fmt(avg)} | "
                   f"{_fmt(r['throughput_vs_st'])}x | {_fmt(r['cpu_throughput_vs_st'])}x | "
-                  f"{_fmt(r['run_peak_vs_st'])}x | {_fmt(r['sts_avg_minus_st'])} |")
+                  f"{_fmt(r['run_peak_vs_st'])}x | {_fmt(r['sts_avg_minus_st'])} | "
+                  f"{_pct(shares.get(key, {}).get('real'))} |")
+    if shares:
+        print(f"GEMM share: 6 x {gemm['layer_parameters'] / 1e6:.2f}M parameters x {gemm['real_tokens_per_step']:.0f} "
+              f"real tokens per step at {gemm['gflops']:.1f} GFLOP/s (fp32), over the median step time. Counting the "
+              f"{gemm['padded_tokens_per_step']:.0f} padded positions instead (the work a padded forward does): "
+              + ", ".join(f"{key} {_pct(value['padded'])}" for key, value in shares.items()) + ".")
     if sts:
         tasks = [t for t in next(iter(sts.values())) if t != "Avg"]
         print("\nSTS (Spearman x 100, mode all, fp32 evaluation):\n| configuration | " + " | ".join(tasks) + " | Avg |")
@@ -324,7 +377,11 @@ def summarize(args, runs: dict[str, list[dict]], sts: dict, names: list[str], sh
         for key, scores in sts.items():
             print(f"| {key} | " + " | ".join(f"{scores[t]:.2f}" for t in (*tasks, "Avg")) + " |")
     return {"settings": {**vars(args), "shared_training_settings": shared}, "runs": runs, "medians": summary,
-            "ratios": ratios, "sts": sts}
+            "ratios": ratios, "sts": sts, "gemm": gemm, "gemm_shares": shares}
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.0f}%"
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:

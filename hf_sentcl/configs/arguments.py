@@ -52,6 +52,13 @@ class ModelArguments:
     attn_implementation: str | None = field(
         default=None, metadata={"help": "Attention kernel passed to from_pretrained (eager, sdpa, ...)."}
     )
+    unpadded: bool = field(
+        default=True,
+        metadata={
+            "help": "Run BERT-family backbones padding-free (token-wise work on real tokens only) in training and "
+            "encode; same results as the padded forward. false: always the backbone's padded forward."
+        },
+    )
     # 0 makes a run deterministic, e.g. to compare 1 and N processes (SimCSE then has no positive-pair noise).
     dropout: float | None = field(
         default=None,

@@ -31,6 +31,9 @@ class SentenceEncoderConfig(PreTrainedConfig):
         max_seq_length: truncation length used by `encode` (defaults to the tokenizer's limit, capped at 512).
         peft: LoRA settings (`peft.LoraConfig` keys) when the backbone carries adapters (a checkpoint saved while
             training with a recipe's `peft:` section); None for a plain backbone (also after merging).
+        unpadded: run BERT-family backbones padding-free (token-wise work on the real tokens only, see
+            `hf_sentcl.modeling.unpadded`) in training and `encode`; same results as the padded forward up to fp32
+            rounding. False always runs the backbone's own padded forward. Other backbones are always padded.
     """
 
     model_type = "sentence_encoder"
@@ -44,6 +47,7 @@ class SentenceEncoderConfig(PreTrainedConfig):
     inference_pooling: str | None = None
     max_seq_length: int | None = None
     peft: dict | None = None
+    unpadded: bool = True
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)

@@ -19,6 +19,7 @@ from hf_sentcl.modeling.config import SentenceEncoderConfig
 from hf_sentcl.modeling.heads import MLPHead
 from hf_sentcl.modeling.pooling import Pooling, pool, pooling_mode
 from hf_sentcl.modeling.precision import mixed_eval_dtype
+from hf_sentcl.modeling.unpadded import run_backbone
 
 MAX_DEFAULT_SEQ_LENGTH = 512
 
@@ -115,6 +116,7 @@ class SentenceEncoder(PreTrainedModel):
         max_seq_length: int | None = None,
         tokenizer_name: str | None = None,
         peft: dict | None = None,
+        unpadded: bool = True,
         **load_kwargs,
     ) -> SentenceEncoder:
         """Wrap a pretrained backbone (local path, Hub id or the embedded alias) with the given pooling and head
@@ -130,6 +132,7 @@ class SentenceEncoder(PreTrainedModel):
             inference_pooling=inference_pooling,
             max_seq_length=max_seq_length,
             peft=peft,
+            unpadded=unpadded,
         )
         model = cls(config, backbone=backbone)
         model.attach_tokenizer(AutoTokenizer.from_pretrained(resolve_model_name(tokenizer_name or name_or_path)))
@@ -230,22 +233,19 @@ class SentenceEncoder(PreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         output_hidden_states: bool = False,
     ) -> SentenceEmbeddingOutput:
-        """Embed a batch. `output_hidden_states=True` also returns every layer (embedding output first)."""
+        """Embed a batch. `output_hidden_states=True` also returns every layer (embedding output first).
+
+        The backbone runs unpadded (token-wise work on real tokens only, `hf_sentcl.modeling.unpadded`) when
+        `config.unpadded` and the backbone allows it; hidden states come back padded either way."""
         if attention_mask is None:
             reference = input_ids if input_ids is not None else inputs_embeds[..., 0]
             attention_mask = torch.ones(reference.shape[:2], dtype=torch.long, device=reference.device)
         pooling = self.config.active_pooling(self.training)
         want_all = output_hidden_states or self.config.needs_all_hidden_states(pooling)
-        extra = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
-        if position_ids is not None:
-            extra["position_ids"] = position_ids
-        outputs = self.backbone(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            inputs_embeds=inputs_embeds,
+        outputs = run_backbone(
+            self.backbone, self.config.unpadded, input_ids=input_ids, attention_mask=attention_mask,
+            token_type_ids=token_type_ids, position_ids=position_ids, inputs_embeds=inputs_embeds,
             output_hidden_states=want_all,
-            return_dict=True,
-            **extra,
         )
         hidden_states = outputs.hidden_states if want_all else (outputs.last_hidden_state,)
         layer = self.config.pooling_layer if want_all else -1

@@ -37,6 +37,7 @@ def build_encoder(recipe: Recipe) -> SentenceEncoder:
         inference_pooling=args.inference_pooling,
         tokenizer_name=args.tokenizer_name,
         peft=args.peft,
+        unpadded=args.unpadded,
         **load_kwargs,
     )
 

@@ -38,6 +38,7 @@ from hf_sentcl.losses import sg_loss, sg_opt1_loss, sg_opt2_loss, sg_opt_loss
 from hf_sentcl.modeling.heads import ProjectionHead
 from hf_sentcl.modeling.peft import frozen_base_copy, is_peft_model, weight_distance
 from hf_sentcl.modeling.pooling import masked_max, masked_mean
+from hf_sentcl.modeling.unpadded import run_backbone
 from hf_sentcl.trainers.base import ContrastiveTrainer, scale_gradient
 from hf_sentcl.trainers.heads import TrainingHeadsMixin, check_raw_cls_encoder, refuse_sharded_weights
 
@@ -155,10 +156,11 @@ class SelfGuidedTrainer(TrainingHeadsMixin, ContrastiveTrainer):
         if self.args.frozen_dropout:  # otherwise BERT_F stays in the eval mode it was built in
             frozen.train(self.model.training)
         size = self.args.mini_batch_size or len(input_ids)
+        unpadded = self.accelerator.unwrap_model(self.model).config.unpadded  # BERT_F runs as BERT_T does
         views = []
         for start in range(0, len(input_ids), size):
             ids, mask = input_ids[start : start + size], attention_mask[start : start + size]
-            outputs = frozen(input_ids=ids, attention_mask=mask, output_hidden_states=True, return_dict=True)
+            outputs = run_backbone(frozen, unpadded, input_ids=ids, attention_mask=mask, output_hidden_states=True)
             views.append(pool_views(outputs.hidden_states, mask, self.view_layers, self.args.view_pooling))
         return torch.cat(views)
 

@@ -1,0 +1,231 @@
+"""The unpadded (padding-free) encoder path equals the padded one: forward and gradients, every pooling, both
+backbone families; the route decision (CPU, CUDA + FlashAttention, fallbacks) and its log line."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from transformers import DataCollatorWithFlattening
+
+from hf_sentcl.modeling import POOLING_MODES, SentenceEncoder
+from hf_sentcl.modeling import unpadded
+from hf_sentcl.modeling.fast_dropout import use_fast_dropout
+from hf_sentcl.modeling.unpadded import (
+    backbone_route,
+    choose_route,
+    flattened_batch,
+    position_ids_start,
+    unpadded_forward,
+)
+from tests.helpers import random_sentences
+
+TOLERANCE = 1e-5
+
+
+def mixed_batch(encoder: SentenceEncoder, n: int = 7) -> dict[str, torch.Tensor]:
+    """Sentences of very different lengths, padded to the longest (right padding)."""
+    sentences = [" ".join(random_sentences(1, seed=i, min_words=1 + 2 * i, max_words=2 + 3 * i)) for i in range(n)]
+    batch = encoder.tokenizer(sentences, padding=True, return_tensors="pt")
+    assert (batch["attention_mask"] == 0).any(), "the batch should contain padding"
+    return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+
+
+def embeddings_and_grads(encoder: SentenceEncoder, batch: dict, unpadded: bool):
+    encoder.config.unpadded = unpadded
+    encoder.zero_grad()
+    embeddings = encoder(**batch).embeddings
+    (embeddings * torch.linspace(-1, 1, embeddings.numel()).view_as(embeddings)).sum().backward()
+    grads = {name: p.grad.clone() for name, p in encoder.named_parameters() if p.grad is not None}
+    return embeddings.detach(), grads
+
+
+def max_differences(directory, pooling: str, **overrides) -> tuple[float, float]:
+    calls = []
+    original = unpadded.unpadded_forward
+    unpadded.unpadded_forward = lambda *a, **k: calls.append(1) or original(*a, **k)
+    try:
+        forward, gradient = _max_differences(directory, pooling, **overrides)
+    finally:
+        unpadded.unpadded_forward = original
+    assert len(calls) == 1, "the unpadded run did not take the unpadded route"
+    return forward, gradient
+
+
+def _max_differences(directory, pooling: str, **overrides) -> tuple[float, float]:
+    encoder = SentenceEncoder.from_backbone(str(directory), pooling=pooling, hidden_dropout_prob=0.0,
+                                            attention_probs_dropout_prob=0.0, **overrides)
+    encoder.train()
+    batch = mixed_batch(encoder)
+    padded, padded_grads = embeddings_and_grads(encoder, batch, unpadded=False)
+    packed, packed_grads = embeddings_and_grads(encoder, batch, unpadded=True)
+    assert padded_grads.keys() == packed_grads.keys() and padded_grads
+    grad_diff = max((padded_grads[k] - packed_grads[k]).abs().max().item() for k in padded_grads)
+    return (padded - packed).abs().max().item(), grad_diff
+
+
+@pytest.mark.parametrize("pooling", POOLING_MODES)
+def test_unpadded_equals_padded_forward_and_gradients(tiny_backbone_dir, pooling):
+    forward, gradient = max_differences(tiny_backbone_dir, pooling)
+    print(f"{tiny_backbone_dir.name} {pooling}: forward {forward:.2e}, gradient {gradient:.2e}")
+    assert forward <= TOLERANCE and gradient <= TOLERANCE
+
+
+@pytest.mark.parametrize("pooling_layer", [0, 1])
+def test_unpadded_equals_padded_at_other_layers(tiny_backbone_dir, pooling_layer):
+    forward, gradient = max_differences(tiny_backbone_dir, "mean", pooling_layer=pooling_layer)
+    assert forward <= TOLERANCE and gradient <= TOLERANCE
+
+
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+def test_unpadded_hidden_states_equal_on_real_tokens(tiny_backbone_dir, attention):
+    encoder = SentenceEncoder.from_backbone(str(tiny_backbone_dir), pooling="mean", attn_implementation=attention)
+    encoder.eval()
+    use_fast_dropout(encoder)  # sdpa -> sdpa_fast_dropout: plain SDPA in eval mode
+    batch = mixed_batch(encoder)
+    with torch.no_grad():
+        padded = encoder.backbone(**batch, output_hidden_states=True).hidden_states
+        packed = unpadded_forward(encoder.backbone, batch["input_ids"], batch["attention_mask"],
+                                  output_hidden_states=True).hidden_states
+    real = batch["attention_mask"].bool()
+    assert len(padded) == len(packed)
+    for a, b in zip(padded, packed):
+        assert (a[real] - b[real]).abs().max().item() <= TOLERANCE
+        assert (b[~real] == 0).all()
+
+
+def test_unpadded_with_token_types_and_gradient_checkpointing(tiny_bert_dir):
+    encoder = SentenceEncoder.from_backbone(str(tiny_bert_dir), pooling="mean", hidden_dropout_prob=0.0,
+                                            attention_probs_dropout_prob=0.0)
+    encoder.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    encoder.train()
+    batch = mixed_batch(encoder)
+    batch["token_type_ids"] = (torch.arange(batch["input_ids"].shape[1]) % 2).expand_as(batch["input_ids"])
+    padded, padded_grads = embeddings_and_grads(encoder, batch, unpadded=False)
+    packed, packed_grads = embeddings_and_grads(encoder, batch, unpadded=True)
+    assert (padded - packed).abs().max() <= TOLERANCE
+    assert max((padded_grads[k] - packed_grads[k]).abs().max().item() for k in padded_grads) <= TOLERANCE
+
+
+def test_encode_uses_unpadded_path_by_default_and_matches(tiny_backbone_dir):
+    encoder = SentenceEncoder.from_backbone(str(tiny_backbone_dir), pooling="mean")
+    assert encoder.config.unpadded and backbone_route(encoder.backbone, torch.device("cpu")) == "unpadded"
+    sentences = random_sentences(20, seed=3, min_words=1, max_words=14)
+    packed = encoder.encode(sentences, batch_size=8)
+    encoder.config.unpadded = False
+    padded = encoder.encode(sentences, batch_size=8)
+    assert abs(packed - padded).max() <= TOLERANCE
+
+
+def test_dropout_keeps_its_rate_on_real_tokens(tiny_bert_dir):
+    encoder = SentenceEncoder.from_backbone(str(tiny_bert_dir), pooling="mean", hidden_dropout_prob=0.5)
+    use_fast_dropout(encoder)
+    encoder.train()
+    batch = mixed_batch(encoder)
+    torch.manual_seed(0)
+    a = encoder(**batch).embeddings
+    b = encoder(**batch).embeddings
+    assert not torch.allclose(a, b)  # dropout is active on the unpadded path
+
+
+# ---------------------------------------------------------------------- routes
+def test_route_decision():
+    assert choose_route(None, "cpu", "sdpa") == ("unpadded", None)
+    assert choose_route(None, "cpu", "sdpa_fast_dropout") == ("unpadded", None)
+    assert choose_route(None, "cpu", "eager") == ("unpadded", None)
+    assert choose_route(None, "cuda", "sdpa") == ("unpadded", None)  # SDPA on the padded view
+    assert choose_route(None, "cuda", "flash_attention_2") == ("flattened", None)  # transformers' varlen route
+    assert choose_route(None, "cuda", "kernels-community/flash-attn") == ("flattened", None)
+    route, why = choose_route(None, "cpu", "flex_attention")
+    assert route == "padded" and "flex_attention" in why
+    route, why = choose_route("model type 'gpt2' is not ...", "cuda", "flash_attention_2")
+    assert route == "padded" and "gpt2" in why
+
+
+def test_unsupported_backbone_falls_back_with_one_log_line(caplog):
+    from transformers import DistilBertConfig, DistilBertModel
+
+    backbone = DistilBertModel(DistilBertConfig(vocab_size=50, dim=16, n_layers=1, n_heads=2, hidden_dim=32))
+    with caplog.at_level(logging.INFO, logger="hf_sentcl.modeling.unpadded"):
+        for _ in range(3):
+            assert backbone_route(backbone, torch.device("cpu")) == "padded"
+    lines = [r.getMessage() for r in caplog.records if r.name == "hf_sentcl.modeling.unpadded"]
+    assert len(lines) == 1 and "Padded encoder path for DistilBertModel" in lines[0] and "distilbert" in lines[0]
+
+
+def test_disabled_route_is_padded_without_log(tiny_bert_dir, caplog):
+    encoder = SentenceEncoder.from_backbone(str(tiny_bert_dir), unpadded=False)
+    with caplog.at_level(logging.INFO, logger="hf_sentcl.modeling.unpadded"):
+        assert backbone_route(encoder.backbone, torch.device("cpu"), encoder.config.unpadded) == "padded"
+    assert not caplog.records
+
+
+def test_flattened_batch_matches_transformers_collator(tiny_backbone_dir):
+    encoder = SentenceEncoder.from_backbone(str(tiny_backbone_dir))
+    batch = mixed_batch(encoder)
+    start = position_ids_start(encoder.backbone)
+    assert start == (encoder.backbone.config.pad_token_id + 1 if "roberta" in tiny_backbone_dir.name else 0)
+    ours = flattened_batch(batch["input_ids"], batch["attention_mask"], start)
+    features = [{"input_ids": ids[mask.bool()].tolist()} for ids, mask in zip(batch["input_ids"],
+                                                                               batch["attention_mask"])]
+    theirs = DataCollatorWithFlattening(return_flash_attn_kwargs=True, position_ids_start=start)(features)
+    for key in ("input_ids", "position_ids", "cu_seq_lens_q", "cu_seq_lens_k"):
+        assert torch.equal(ours[key], theirs[key]) and ours[key].dtype == theirs[key].dtype, key
+    assert ours["max_length_q"] == theirs["max_length_q"] == ours["max_length_k"]
+
+
+# ---------------------------------------------------------------------- one training step per method
+METHOD_RECIPES = {
+    "simcse": {"pooling": "cls", "head": "mlp"},
+    "byop": {"method": "simcse", "perturbation": "n-", "margin": 0.05},
+    "simcse_sup": {"head": "mlp", "train_file": "{nli}"},
+    "sg": {"method": "self_guided", "objective": "sg", "head": "none", "projection_size": 16},
+    "sg-opt": {"method": "self_guided", "objective": "sg-opt", "head": "none", "projection_size": 16},
+    "consert": {"head": "none", "pooling": "mean", "augmentation1": "shuffle", "augmentation2": "token_cutoff"},
+    "consert-feature": {"method": "consert", "head": "none", "pooling": "mean", "augmentation1": "feature_cutoff",
+                        "augmentation2": "dropout"},
+    "clear": {"head": "none", "augmentation": "del_span", "mlm_weight": 1.0},
+}
+
+
+def method_stage(method, tmp_path, tiny_bert_dir, senteval_dir):
+    from hf_sentcl.pipeline.train import build_stage
+    from hf_sentcl.recipe.parser import parse_recipe
+
+    corpus = tmp_path / "train.txt"
+    corpus.write_text("\n".join(random_sentences(16, seed=3, min_words=1, max_words=14)) + "\n")
+    nli = tmp_path / "nli.csv"
+    rows = random_sentences(48, seed=5, min_words=1, max_words=12)
+    nli.write_text("sent0,sent1,hard_neg\n" + "".join(f"{a},{b},{c}\n" for a, b, c in zip(*[iter(rows)] * 3)))
+    values = {"method": method, "model_name_or_path": tiny_bert_dir, "train_file": corpus, "sts_data_dir":
+              senteval_dir, "output_dir": tmp_path / "out", "dropout": 0.0, "per_device_train_batch_size": 8,
+              "use_cpu": "true", "report_to": "none", "eval_strategy": "no", "load_best_model_at_end": "false",
+              "save_strategy": "no", "disable_tqdm": "true"}
+    values.update({k: (nli if v == "{nli}" else v) for k, v in METHOD_RECIPES[method].items()})
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("".join(f"{key}: {value}\n" for key, value in values.items()))
+    return build_stage(parse_recipe(recipe))
+
+
+@pytest.mark.parametrize("method", list(METHOD_RECIPES))
+def test_one_training_step_per_method_equal_loss(method, tmp_path, tiny_bert_dir, senteval_dir):
+    stage = method_stage(method, tmp_path, tiny_bert_dir, senteval_dir)
+    trainer, encoder = stage.trainer, stage.encoder
+    inputs = trainer.data_collator([trainer.train_dataset[i] for i in range(8)])
+    assert (inputs["attention_mask"] == 0).any()
+    results = []
+    for unpadded_on in (False, True):
+        encoder.config.unpadded = unpadded_on
+        encoder.train()
+        encoder.zero_grad(set_to_none=True)
+        torch.manual_seed(0)  # the same augmentations and sampled layers in both runs
+        loss = trainer.compute_loss(encoder, dict(inputs))
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in encoder.named_parameters() if p.grad is not None}
+        results.append((loss.detach(), grads))
+    (padded_loss, padded_grads), (loss, grads) = results
+    print(f"{method}: loss {padded_loss.item():.6f} vs {loss.item():.6f}")
+    assert abs(loss - padded_loss).item() <= TOLERANCE * max(1.0, abs(padded_loss.item()))
+    assert grads.keys() == padded_grads.keys()
+    assert max((grads[k] - padded_grads[k]).abs().max().item() for k in grads) <= 1e-4
