@@ -14,7 +14,9 @@ LoRA layers inside a PEFT model), so weights, saving and export are unaffected, 
 states are returned padded (zeros on padding), so pooling and every consumer stay as they are.
 
 Which route a forward takes is `choose_route`:
-- `unpadded`: this module (BERT, RoBERTa, XLM-R, CamemBERT with eager / SDPA attention, on any device);
+- `unpadded`: this module (BERT, RoBERTa, XLM-R, CamemBERT with eager / SDPA attention) on the CPU. The packed
+  shape depends on how many tokens are real, so packing reads that count on the host: free on a CPU, a stall in
+  every forward on a GPU, where the padded SDPA path runs instead (and the training step makes no host read);
 - `flattened`: on CUDA with a FlashAttention kernel (`attn_implementation: flash_attention_2`), transformers' own
   padding-free route: the batch flattened as `DataCollatorWithFlattening` does (one row of tokens, position ids
   restarting per sequence at `position_ids_start`, `cu_seq_lens_*` for the varlen kernel);
@@ -63,7 +65,16 @@ def unsupported_reason(backbone: nn.Module) -> str | None:
         return "it is configured as a decoder"
     if getattr(config, "position_embedding_type", "absolute") != "absolute":
         return f"position_embedding_type '{config.position_embedding_type}' is not absolute"
+    if is_fully_sharded(backbone):
+        return "its layers are FSDP units, whose weights are gathered only by their own forward"
     return None
+
+
+def is_fully_sharded(module: nn.Module) -> bool:
+    """Whether FSDP2 (`fully_shard`) wraps `module` or one of its submodules."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return any(isinstance(m, FSDPModule) for m in module.modules())
 
 
 def choose_route(reason: str | None, device_type: str, attn_implementation: str | None) -> tuple[str, str | None]:
@@ -78,7 +89,10 @@ def choose_route(reason: str | None, device_type: str, attn_implementation: str 
             return "flattened", None
         return "padded", f"attention '{attention}' runs on CUDA only"
     if attention in PADDED_VIEW_ATTENTION:
-        return "unpadded", None
+        if device_type == "cpu":
+            return "unpadded", None
+        # the real tokens' count decides the packed shape: reading it is a host sync in every forward on a GPU
+        return "padded", f"on {device_type} without a varlen kernel, SDPA runs on the padded view"
     return "padded", f"attention '{attention}' has no unpadded route here"
 
 

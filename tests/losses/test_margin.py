@@ -1,6 +1,7 @@
 """IFM/BYOP margin-perturbed InfoNCE against an independent float64 loop computation, plus spec and config checks."""
 
 import math
+import statistics
 import warnings
 
 import numpy as np
@@ -268,10 +269,13 @@ def test_trainers_use_the_perturbed_loss(config_class, tiny_bert_dir, tmp_path):
 @pytest.mark.slow
 def test_byop_d_training_lowers_loss_and_updates_weights(tiny_bert_dir, tmp_path):
     """A short BYOP-D run ('p+n-', dynamic margin): the logged loss falls and every trained weight moves."""
-    trainer = _trainer(tiny_bert_dir, tmp_path, perturbation="p+n-", margin_type="dynamic", num_train_epochs=4)
+    trainer = _trainer(tiny_bert_dir, tmp_path, perturbation="p+n-", margin_type="dynamic", num_train_epochs=4,
+                       logging_steps=1)  # the first logged loss is the untrained model's
     before = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
     trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    assert losses[-1] < 0.7 * losses[0]
+    # medians of the first and last five steps: the loss is near 0 within a few steps on this easy task, and
+    # single steps spike by 10x with the dropout draw
+    assert statistics.median(losses[-5:]) < 0.7 * statistics.median(losses[:5])
     changed = {k for k, v in trainer.model.state_dict().items() if not torch.equal(v, before[k])}
     assert changed == {k for k in before if "backbone.pooler" not in k}

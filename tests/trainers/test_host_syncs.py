@@ -99,6 +99,16 @@ def test_forbid_host_reads_catches_each_read():
     assert t.sum().item() == 2.0 and t[t > 0].shape == (2,)
 
 
+@pytest.fixture(autouse=True)
+def gpu_route(monkeypatch):
+    """The encoder route a GPU takes without a varlen kernel: the padded SDPA path. The CPU's unpadded route packs
+    the real tokens, whose count it reads on the host (free on a CPU, where it is the default)."""
+    import hf_sentcl.modeling.unpadded as unpadded
+
+    choose = unpadded.choose_route
+    monkeypatch.setattr(unpadded, "choose_route", lambda reason, device, attention: choose(reason, "cuda", attention))
+
+
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 @pytest.mark.parametrize("name", list(METHOD_SETTINGS))
 def test_the_training_step_makes_no_host_read(name, precision, tmp_path, tiny_bert_dir, senteval_dir, train_files):
