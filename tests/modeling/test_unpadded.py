@@ -7,10 +7,10 @@ import logging
 
 import pytest
 import torch
+from helpers import random_sentences
 from transformers import DataCollatorWithFlattening
 
-from hf_sentcl.modeling import POOLING_MODES, SentenceEncoder
-from hf_sentcl.modeling import unpadded
+from hf_sentcl.modeling import POOLING_MODES, SentenceEncoder, unpadded
 from hf_sentcl.modeling.fast_dropout import use_fast_dropout
 from hf_sentcl.modeling.unpadded import (
     backbone_route,
@@ -19,7 +19,6 @@ from hf_sentcl.modeling.unpadded import (
     position_ids_start,
     unpadded_forward,
 )
-from helpers import random_sentences
 
 TOLERANCE = 1e-5
 
