@@ -137,6 +137,7 @@ def long_functions() -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_no_function_over_60_lines():
     assert long_functions() == []
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pickle
 
+import pytest
 import torch
 from helpers import build_trainer, random_sentences
 from torch.utils.data import DataLoader
@@ -54,6 +55,7 @@ def test_batches_do_not_depend_on_the_number_of_workers(tiny_bert_dir):
     assert any(not torch.equal(a["input_ids"], b["input_ids"]) for a, b in zip(inline, later))
 
 
+@pytest.mark.slow
 def test_clear_trains_with_workers(tmp_path, tiny_bert_dir, senteval_dir, train_files):
     """A CLEAR run with `dataloader_num_workers: 2` trains (the collator and its epoch reach the workers)."""
     trainer = build_trainer(tmp_path, "clear", tiny_bert_dir, senteval_dir, train_files, fp16=False,

@@ -55,6 +55,7 @@ def test_subset_of_the_unlabeled_sts_texts_and_first_n_unchanged(senteval_dir):
         DataArguments(**args, train_subset_size=0)
 
 
+@pytest.mark.slow
 def test_subset_of_the_nli_pairs(tmp_path, tiny_bert_dir):
     from transformers import AutoTokenizer
 
@@ -94,6 +95,7 @@ def fake(avg, examples, before=None):
     return {"sts": sts, "sts_mode": "all", "training_data": {"examples": examples}}
 
 
+@pytest.mark.slow
 def test_summary_table_and_plot(tmp_path):
     before = {"STS12": 60.0, "STSBenchmark": 62.0, "Avg": 61.0}
     results = {(10, 1): fake(62.0, 10, before), (10, 2): fake(64.0, 10), (100, 1): fake(70.0, 100),

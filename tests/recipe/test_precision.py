@@ -105,6 +105,7 @@ def test_paper_recipes_state_mixed_precision_and_tf32(recipe):
     assert re.search(r"^tf32: true\b", text, re.M)
 
 
+@pytest.mark.slow
 def test_dev_evaluation_precision_is_the_final_evaluations(tmp_path, tiny_bert_dir, senteval_dir, train_files,
                                                             monkeypatch):
     """An fp16 run with eval_bf16: false evaluates STS-B dev in fp32: accelerate's autocast wrapper of the forward

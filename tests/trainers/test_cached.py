@@ -91,6 +91,7 @@ def reference_step(trainer, inputs, size, seed=7):
     return loss.detach(), gradients(model)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", list(METHODS))
 def test_cached_step_equals_plain_step_with_dropout(model_dir, tmp_path, method):
     """Dropout on: the replayed random state gives every mini-batch the masks of its first pass, so loss and
@@ -115,6 +116,7 @@ class WithLocalTerm(SimCSETrainer):
         return ViewsOutput(views, local, local_weight=tokens.sum(), components={"local_term": local})
 
 
+@pytest.mark.slow
 def test_local_loss_is_weighted_by_local_weight(model_dir, tmp_path):
     """The per-example term: with dropout off, Trainer's plain step and the cached one agree; with dropout on, the
     cached step equals full autograd over the same masks with the term computed on the whole batch (token-mean over

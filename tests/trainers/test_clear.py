@@ -101,6 +101,7 @@ def test_bare_checkpoint_gets_a_fresh_tied_mlm_head_and_del_token(tiny_bert_dir,
     assert EXAMPLE_INDEX in trainer.train_dataset.column_names
 
 
+@pytest.mark.slow
 def test_existing_mlm_head_is_loaded(tiny_bert_dir, tmp_path, caplog):
     """A checkpoint saved with its masked-LM head (BertForMaskedLM) keeps the head's trained weights."""
     torch.manual_seed(1)

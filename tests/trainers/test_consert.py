@@ -114,6 +114,7 @@ def test_joint_training_loss_falls_and_weights_change(tiny_bert_dir, tmp_path, a
     assert {f"{CLASSIFIER_NAME}.weight", f"{CLASSIFIER_NAME}.bias"} <= changed
 
 
+@pytest.mark.slow
 def test_sup_mode_is_cross_entropy_only(tiny_bert_dir, tmp_path):
     """sup: one clean block; the training loss is the pair cross-entropy of the classifier."""
     encoder, trainer = make_trainer(tiny_bert_dir, tmp_path, supervised_mode="sup")
@@ -127,6 +128,7 @@ def test_sup_mode_is_cross_entropy_only(tiny_bert_dir, tmp_path):
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "a,b,adversarial,expected",
     [("none", "none", False, (["none"], 0, 0)), ("shuffle", "none", False, (["none", "shuffle"], 1, 0)),
@@ -153,6 +155,7 @@ def test_flop_estimate_counts_the_encoder_passes_of_the_mode(tiny_bert_dir, tmp_
     assert trainer.floating_point_ops(batch) == batch["input_ids"].numel() * passes * per_token
 
 
+@pytest.mark.slow
 def test_adversarial_perturbation_ascends_the_supervised_loss(tiny_bert_dir, tmp_path):
     """FGV: zero outside the perturbed block and on padding, norm epsilon per sentence, and adding it to the clean
     embeddings raises L_ce (it follows the loss gradient)."""
@@ -177,6 +180,7 @@ def test_adversarial_perturbation_ascends_the_supervised_loss(tiny_bert_dir, tmp
     assert ce_with(r) > ce_with(None) > ce_with(-r)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "mode,adversarial", [("unsup", False), ("sup", False), ("joint", False), ("joint", True)]
 )
@@ -190,6 +194,7 @@ def test_cached_step_equals_the_plain_step(tiny_bert_dir, tmp_path, mode, advers
     assert_same(step(trainer, inputs, None), step(trainer, inputs, 3))
 
 
+@pytest.mark.slow
 def test_cached_step_replays_the_augmentations(tiny_bert_dir, tmp_path):
     """Random views (shuffle + feature cutoff) in joint training: the cached step equals one autograd pass over the
     same mini-batches drawn from the same seed (NT-Xent of the whole batch + the size-weighted cross-entropies)."""
@@ -206,6 +211,7 @@ def test_cached_step_replays_the_augmentations(tiny_bert_dir, tmp_path):
     assert_same((loss.detach(), gradients(model)), step(trainer, inputs, 3))
 
 
+@pytest.mark.slow
 def test_encoder_dropout_is_switched_off_unless_asked(tiny_bert_dir, tmp_path):
     """Every nn.Dropout of the backbone gets p = 0 (two training-mode forwards agree); the config keeps its values."""
     encoder, _ = make_trainer(tiny_bert_dir, tmp_path)

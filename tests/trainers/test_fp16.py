@@ -13,6 +13,7 @@ from helpers import METHOD_SETTINGS, DtypeProbe, build_trainer
 from hf_sentcl.trainers import SimCSETrainer
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(METHOD_SETTINGS))
 def test_every_method_trains_under_fp16_with_a_scaler(name, tmp_path, tiny_bert_dir, senteval_dir, train_files,
                                                       monkeypatch):
@@ -30,6 +31,7 @@ def test_every_method_trains_under_fp16_with_a_scaler(name, tmp_path, tiny_bert_
     assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
 
 
+@pytest.mark.slow
 def test_an_overflowing_step_is_skipped_by_the_scaler(tmp_path, tiny_bert_dir, senteval_dir, train_files,
                                                       monkeypatch):
     """A loss whose scaled gradient overflows: the scaler skips both steps (weights untouched, scale halved twice),

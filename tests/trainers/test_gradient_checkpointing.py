@@ -104,6 +104,7 @@ def test_self_guided_frozen_copy_needs_none(tiny_bert_dir, tmp_path):
     assert calls == [(False, False)] * 2
 
 
+@pytest.mark.slow
 def test_with_lora_and_with_the_cached_step(tiny_bert_dir, tmp_path):
     """LoRA (frozen base, frozen embeddings) and the cached step both keep their gradients under checkpointing."""
     trainer = make_trainer(tiny_bert_dir, tmp_path, "sg-opt", peft={"r": 2})

@@ -109,6 +109,7 @@ def gpu_route(monkeypatch):
     monkeypatch.setattr(unpadded, "choose_route", lambda reason, device, attention: choose(reason, "cuda", attention))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 @pytest.mark.parametrize("name", list(METHOD_SETTINGS))
 def test_the_training_step_makes_no_host_read(name, precision, tmp_path, tiny_bert_dir, senteval_dir, train_files):
@@ -120,6 +121,7 @@ def test_the_training_step_makes_no_host_read(name, precision, tmp_path, tiny_be
     assert len(steps) == 2
 
 
+@pytest.mark.slow
 def test_a_nan_loss_still_stops_before_a_checkpoint(tmp_path, tiny_bert_dir, senteval_dir, train_files, monkeypatch):
     """The finite-loss check reads its flag at the save step: a NaN at step 1 with logging every 10 steps and a save
     at step 2 stops training there, naming step 1, and no checkpoint is written."""
