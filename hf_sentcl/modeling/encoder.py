@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +24,20 @@ from hf_sentcl.modeling.precision import mixed_eval_dtype
 from hf_sentcl.modeling.unpadded import run_backbone
 
 MAX_DEFAULT_SEQ_LENGTH = 512
+
+#: set while a trainer evaluates the model it trains (`evaluating_in_training`)
+_IN_TRAINING = contextvars.ContextVar("hf_sentcl_evaluating_in_training", default=False)
+
+
+@contextlib.contextmanager
+def evaluating_in_training() -> Iterator[None]:
+    """Encode under `torch.no_grad` instead of `torch.inference_mode` inside the block: weights that ZeRO-3 or FSDP
+    gather for the evaluation would otherwise become inference tensors that the next training step cannot use."""
+    token = _IN_TRAINING.set(True)
+    try:
+        yield
+    finally:
+        _IN_TRAINING.reset(token)
 
 
 @dataclass
@@ -297,7 +313,7 @@ class SentenceEncoder(PreTrainedModel):
         pass (e.g. every layer pooled every way). The sentences are tokenised in one call, sorted by token length
         (longest first, so padding is minimal and a memory problem shows up on the first batch) and batched;
         `fn` gets `input_ids`/`attention_mask` on the model's device and returns a (batch, ...) tensor. It runs
-        in eval mode under `torch.inference_mode`, with bf16 autocast when `bf16` and the device supports it.
+        in eval mode under `torch.inference_mode` (`torch.no_grad` in `evaluating_in_training`), with bf16 autocast when `bf16` and the device supports it.
         """
         if self.tokenizer is None:
             raise RuntimeError("This encoder has no tokenizer attached; call attach_tokenizer(tokenizer) first.")
@@ -321,7 +337,8 @@ class SentenceEncoder(PreTrainedModel):
         else:
             disable = not show_progress_bar
         try:
-            with torch.inference_mode(), torch.autocast(device.type, dtype=dtype, enabled=bf16):
+            no_grad = torch.no_grad() if _IN_TRAINING.get() else torch.inference_mode()
+            with no_grad, torch.autocast(device.type, dtype=dtype, enabled=bf16):
                 for start in tqdm(range(0, len(order), batch_size), desc="Encoding", disable=disable, leave=False):
                     index = order[start : start + batch_size]
                     batch = self.tokenizer.pad({"input_ids": [tokenized[i] for i in index]}, return_tensors="pt")

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from accelerate import PartialState
 from datasets import Dataset
 from transformers import set_seed
@@ -206,9 +207,15 @@ def final_encoder(stage: Stage) -> SentenceEncoder:
     trainer = stage.trainer
     if not stage.sharded:
         return trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
-    encoder = SentenceEncoder.from_pretrained(stage.args.output_dir)
+    encoder = load_saved_encoder(stage.args.output_dir)
     _check_trained(encoder, stage.dev_evaluator, stage.args)
     return encoder
+
+
+def load_saved_encoder(output_dir: str | Path) -> SentenceEncoder:
+    """The saved encoder in fp32, whatever dtype the sharded save wrote (ZeRO-3 and ZeRO-2's 16-bit saves write bf16
+    or fp16): the final evaluation and the export read fp32 weights, as after unsharded training."""
+    return SentenceEncoder.from_pretrained(output_dir, dtype=torch.float32)
 
 
 def evaluate_after(stage: Stage, encoder: SentenceEncoder) -> dict[str, SuiteResults]:

@@ -7,6 +7,7 @@ user asked for or hang:
   accelerator devices, so `fsdp.yaml` on CPUs silently trains plain gloo DDP with whole weights on every process;
 - ConSERT's supervised modes under FSDP or ZeRO-3: its NLI classifier's weight is read outside any forward, where
   those configs leave it sharded (ZeRO-3 hands out an empty tensor);
+- LoRA under FSDP or ZeRO-3: adapters would be merged into sharded weights and saved from process 0's shard;
 - plain `python -m hf_sentcl.run` on a host with several GPUs: Trainer would wrap the encoder in `DataParallel`,
   whose replicas see row chunks (ConSERT's hooks raise, gathered negatives shrink);
 - `eval_tasks: [glue]` with more than one process: GLUE fine-tunes a nested Trainer on process 0 alone, whose
@@ -72,6 +73,12 @@ def method_sharding_problem(recipe: Recipe) -> str | None:
     sharding = requested_sharding(recipe.training)
     if sharding is None or not (sharding == "FSDP" or sharding.endswith("-3")):
         return None
+    if recipe.model.peft:
+        return (
+            f"LoRA ('peft') cannot run under {sharding} here: the adapters would be merged into sharded weights and "
+            f"saved by process 0 from its shard. Use a DDP ({CONFIGS}/ddp*.yaml) or ZeRO-2 "
+            f"({CONFIGS}/deepspeed_zero2.yaml) config: LoRA's small optimizer state rarely needs sharding."
+        )
     mode = getattr(recipe.training, "supervised_mode", "unsup")
     if recipe.method == "consert" and mode != "unsup":
         return (

@@ -50,6 +50,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from hf_sentcl.common.distributed import gather_with_grad, mean_over_processes, world_size
 from hf_sentcl.evaluation.alignment import sts_alignment_uniformity
 from hf_sentcl.evaluation.sts import STSEvaluator
+from hf_sentcl.modeling.encoder import evaluating_in_training
 from hf_sentcl.modeling.fast_dropout import use_fast_dropout
 from hf_sentcl.modeling.health import CHECKPOINT_COMPLETE, NonFiniteLossFlag
 from hf_sentcl.trainers.cached import cached_training_step
@@ -350,7 +351,8 @@ class ContrastiveTrainer(Trainer):
             return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
         start = time.time()
         encoder = self.accelerator.unwrap_model(self.model)
-        with without_forward_autocast(encoder):  # the precision is eval_bf16's, as in the final evaluation
+        # the precision is eval_bf16's, as in the final evaluation; no inference tensors from gathered weights
+        with without_forward_autocast(encoder), evaluating_in_training():
             embeddings = self.dev_evaluator.embed(
                 encoder, batch_size=self.args.per_device_eval_batch_size, bf16=self.eval_bf16
             )

@@ -196,3 +196,17 @@ def test_end_to_end_supervised_with_cli_overrides(tmp_path, tiny_bert_dir, sente
     assert results["train"]["global_step"] == 2
     assert results["sts"] == {}
     assert SentenceEncoder.from_pretrained(tmp_path / "sup").encode(["the cat"]).shape == (1, 32)
+
+
+def test_a_sharded_save_reloads_in_fp32(tmp_path, tiny_bert_dir):
+    """Finding 9 of the multi-process issue: ZeRO-3 (and ZeRO-2's 16-bit save) write bf16 weights; the final
+    evaluation and the export read the reloaded encoder in fp32."""
+    import torch
+
+    from hf_sentcl import SentenceEncoder
+    from hf_sentcl.pipeline.train import load_saved_encoder
+
+    encoder = SentenceEncoder.from_backbone(str(tiny_bert_dir), pooling="mean", head="none")
+    encoder.to(torch.bfloat16).save_pretrained(tmp_path / "saved")
+    assert {p.dtype for p in SentenceEncoder.from_pretrained(tmp_path / "saved").parameters()} == {torch.bfloat16}
+    assert {p.dtype for p in load_saved_encoder(tmp_path / "saved").parameters()} == {torch.float32}

@@ -29,10 +29,11 @@ def no_launcher_env(monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
-def fake_recipe(method="simcse", world_size=1, eval_tasks=(), use_cpu=True, even_batches=True, **training):
+def fake_recipe(method="simcse", world_size=1, eval_tasks=(), use_cpu=True, even_batches=True, peft=None, **training):
     args = SimpleNamespace(world_size=world_size, use_cpu=use_cpu, fsdp=None, deepspeed=None,
                            accelerator_config=SimpleNamespace(even_batches=even_batches), **training)
-    return SimpleNamespace(source="r.yaml", method=method, training=args, data=SimpleNamespace(eval_tasks=list(eval_tasks)))
+    return SimpleNamespace(source="r.yaml", method=method, training=args, model=SimpleNamespace(peft=peft),
+                           data=SimpleNamespace(eval_tasks=list(eval_tasks)))
 
 
 @pytest.mark.parametrize("env", [{"ACCELERATE_USE_FSDP": "true"},
@@ -64,6 +65,21 @@ def test_consert_supervised_modes_refuse_fsdp_and_zero3(monkeypatch, mode, env):
     problem = method_sharding_problem(fake_recipe("consert", supervised_mode=mode))
     assert problem is not None and "ddp" in problem and "deepspeed_zero2.yaml" in problem
     assert method_sharding_problem(fake_recipe("consert", supervised_mode="unsup")) is None
+
+
+@pytest.mark.parametrize("env", [{"ACCELERATE_USE_FSDP": "true"},
+                                 {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3"}])
+def test_lora_refuses_fsdp_and_zero3(monkeypatch, env):
+    """Finding 6: adapters would be merged into sharded weights and saved from process 0's shard."""
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    problem = method_sharding_problem(fake_recipe(peft={"r": 8}))
+    assert problem is not None and "LoRA" in problem and "deepspeed_zero2.yaml" in problem
+    assert method_sharding_problem(fake_recipe()) is None
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "false")
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2")
+    assert method_sharding_problem(fake_recipe(peft={"r": 8})) is None
 
 
 def test_consert_supervised_allows_zero2(monkeypatch):

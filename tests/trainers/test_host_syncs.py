@@ -139,3 +139,20 @@ def test_a_nan_loss_still_stops_before_a_checkpoint(tmp_path, tiny_bert_dir, sen
         trainer.train()
     assert len(steps) == 2
     assert not list((tmp_path / "simcse").glob("checkpoint-*"))
+
+
+def test_dev_evaluation_in_training_encodes_without_inference_mode(tmp_path, tiny_bert_dir, senteval_dir,
+                                                                    train_files):
+    """Finding 5 of the multi-process issue: the dev evaluation inside training runs under no_grad, not
+    inference_mode (weights ZeRO-3/FSDP gather for it would become inference tensors); a standalone encode keeps
+    inference_mode."""
+    trainer = build_trainer(tmp_path, "simcse", tiny_bert_dir, senteval_dir, train_files, fp16=False)
+    modes = []
+    embeddings = trainer.model.backbone.get_input_embeddings()
+    embeddings.register_forward_hook(lambda *_: modes.append((torch.is_inference_mode_enabled(),
+                                                              torch.is_grad_enabled())))
+    trainer.evaluate()
+    assert modes and set(modes) == {(False, False)}
+    modes.clear()
+    trainer.model.encode(["a man plays a guitar", "a dog runs"])
+    assert set(modes) == {(True, False)}
