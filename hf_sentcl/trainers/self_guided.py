@@ -151,8 +151,12 @@ class SelfGuidedTrainer(TrainingHeadsMixin, ContrastiveTrainer):
         step the forward runs under the training's autocast, see `ContrastiveTrainer.autocast_smart_context_manager`).
         With `mini_batch_size` it runs in mini-batches of that size (in eval mode, the same result)."""
         frozen = self.frozen_backbone
-        if next(frozen.parameters()).device != input_ids.device:
-            frozen.to(input_ids.device)
+        tuned = next(self.accelerator.unwrap_model(self.model).backbone.parameters())
+        first = next(frozen.parameters())
+        if first.device != input_ids.device or first.dtype != tuned.dtype:
+            # DeepSpeed's bf16/fp16 engines hold BERT_T in that dtype (no autocast): BERT_F follows, so that the
+            # regularizer is 0 at step 0 and both encoders run in one precision
+            frozen.to(device=input_ids.device, dtype=tuned.dtype)
         if self.args.frozen_dropout:  # otherwise BERT_F stays in the eval mode it was built in
             frozen.train(self.model.training)
         size = self.args.mini_batch_size or len(input_ids)

@@ -414,3 +414,15 @@ def test_parameter_distance_gradcheck_and_keeps_no_differences():
         parameter_distance(module, reference)
     params = {p.data_ptr() for p in (*module.parameters(), *reference.parameters())}
     assert len(saved) == 4 and all(t.data_ptr() in params for t in saved)
+
+
+def test_frozen_copy_follows_a_half_precision_engine(tiny_bert_dir, tmp_path):
+    """Multi-process finding 10: DeepSpeed's bf16 engine holds BERT_T in bf16 without autocast; BERT_F follows its
+    dtype, so the regularizer is 0 at step 0 (an fp32 BERT_F against bf16 BERT_T is not)."""
+    encoder, trainer = make_trainer(tiny_bert_dir, tmp_path)
+    encoder.to(torch.bfloat16)  # what the engine does to the model it wraps
+    batch = encoder.tokenizer(["a man plays", "the dog runs in the park"], padding=True, return_tensors="pt")
+    views = trainer.frozen_views(batch["input_ids"], batch["attention_mask"])
+    assert views.shape[0] == 2
+    assert {p.dtype for p in trainer.frozen_backbone.parameters()} == {torch.bfloat16}
+    assert parameter_distance(encoder.backbone, trainer.frozen_backbone).item() == 0.0
