@@ -1,9 +1,18 @@
-"""Gathering embeddings across processes so in-batch negatives span the global batch."""
+"""Gathering embeddings across processes so in-batch negatives span the global batch, and waiting for process 0's
+long solo work without running into the process group's timeout."""
 
 from __future__ import annotations
 
+import contextlib
+import datetime
+from collections.abc import Iterator
+
 import torch
 import torch.distributed as dist
+
+#: how long the other processes wait for process 0's solo work (an evaluation, writing a stage's export)
+SOLO_WORK_TIMEOUT = datetime.timedelta(hours=12)
+_waiting_group = None
 
 
 def world_size() -> int:
@@ -37,3 +46,27 @@ def mean_over_processes(value: torch.Tensor) -> torch.Tensor:
     total = value.detach().clone()
     dist.all_reduce(total, op=dist.ReduceOp.SUM)
     return total / size
+
+
+def _long_wait_group():
+    """A gloo group over every process whose collectives may wait `SOLO_WORK_TIMEOUT` (the default group's timeout,
+    `ddp_timeout`, is sized for training steps, not for an evaluation suite on one process)."""
+    global _waiting_group
+    if _waiting_group is None:
+        _waiting_group = dist.new_group(backend="gloo", timeout=SOLO_WORK_TIMEOUT)
+    return _waiting_group
+
+
+@contextlib.contextmanager
+def others_wait_for_main_process() -> Iterator[bool]:
+    """Every process enters; the block's body is for process 0 (the yielded flag says whether this is it), and
+    the others wait at the end in a barrier of a long-timeout group, not in the next collective of the default
+    group (e.g. DDP's or FSDP's preparation), which would give up after `ddp_timeout`."""
+    if world_size() == 1:
+        yield True
+        return
+    group = _long_wait_group()
+    try:
+        yield dist.get_rank() == 0
+    finally:
+        dist.barrier(group=group)

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from accelerate import PartialState
 from datasets import Dataset
 from transformers import set_seed
 from transformers.integrations import is_deepspeed_zero3_enabled
 
+from hf_sentcl.common.distributed import others_wait_for_main_process
 from hf_sentcl.common.layout import ADAPTER_DIRNAME
 from hf_sentcl.common.logs import quiet_library_bars, watched
 from hf_sentcl.configs.arguments import eval_mixed_precision
@@ -51,7 +51,8 @@ def run(recipe: Recipe, *, already_checked: bool = False) -> dict[str, Any]:
     stages = get_method(recipe.method).stages(recipe)
     for stage in stages[:-1]:
         run_stage(stage)
-        PartialState().wait_for_everyone()  # the next stage loads this stage's export, written by process 0
+        with others_wait_for_main_process():  # the next stage loads this stage's export, written by process 0
+            pass
     return run_stage(stages[-1])
 
 
@@ -155,9 +156,12 @@ def evaluate_before(stage: Stage) -> dict[str, SuiteResults]:
     """The untouched encoder's scores, printed (process 0; `{}` when the recipe asks for none). Called after the
     trainer is built, so "before" scores the encoder that trains (CLEAR's from_scratch replaces it)."""
     recipe = stage.recipe
-    if not (stage.suites.suites and recipe.data.eval_before_training and PartialState().is_main_process):
+    if not (stage.suites.suites and recipe.data.eval_before_training):
         return {}
-    before = evaluate_suites(stage.encoder, stage.suites, recipe)
+    with others_wait_for_main_process() as main:  # the others wait longer than ddp_timeout if need be
+        if not main:
+            return {}
+        before = evaluate_suites(stage.encoder, stage.suites, recipe)
     table = markdown_report({RUN_LABELS["before"]: before}, recipe.data.sts_mode)
     print(f"{table}\n{embedding_note(stage.encoder)}", flush=True)
     return {"before": before}
