@@ -86,9 +86,12 @@ def test_ddp_trains_with_unreached_modules_and_states_its_parallelism(tmp_path, 
     used to fail at step 2 ('Expected to have finished reduction'). Must-hold 2: the log and results.json say
     what ran."""
     recipe = write_recipe(tmp_path, tiny_bert_dir, senteval_dir, pooling="cls_before_pooler", head="mlp",
-                          pooling_layer=1, max_steps=3, save_strategy="no", eval_strategy="no")
+                          pooling_layer=1, max_steps=3, save_strategy="no", eval_strategy="no",
+                          # process 0 evaluates alone before training while process 1 waits (finding 12)
+                          eval_before_training="true", eval_tasks="[sts]")
     result = launch(2, recipe, tmp_path / "out")
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "| before training |" in result.stdout
     assert "Parallelism: 2 process(es), DDP (gloo on cpu), fp32, global batch 4 (2 per process)" in result.stdout
     parallelism = json.loads((tmp_path / "out" / "results.json").read_text())["parallelism"]
     assert parallelism["processes"] == 2 and parallelism["strategy"] == "DDP"
