@@ -93,6 +93,7 @@ def test_half_written_checkpoint_is_not_latest(tmp_path, uninterrupted):
     assert_same_weights(full, out)
 
 
+@pytest.mark.slow  # its fixture trains the uninterrupted run
 def test_incomplete_checkpoint_path_refused(tmp_path, uninterrupted, capsys):
     """A named checkpoint that lacks files: exit 2 naming the key and the missing files, nothing written."""
     values, full = uninterrupted

@@ -13,6 +13,8 @@ from hf_sentcl.losses import info_nce
 from hf_sentcl.trainers.base import ContrastiveTrainer, scale_gradient
 from hf_sentcl.trainers.simcse import SupervisedSimCSETrainer
 
+pytestmark = pytest.mark.slow  # every test here starts a process group
+
 WORLD = 2
 LOCAL_BATCH = 3
 DIM = 5
@@ -120,7 +122,6 @@ def two_process_results(tmp_path_factory):
     return [torch.load(tmp / f"rank{r}.pt") for r in range(WORLD)]
 
 
-@pytest.mark.slow
 def test_world_size_seen_by_workers(two_process_results):
     """Inside the process group, world_size() is 2 (and 1 outside)."""
     assert [r["world_size"] for r in two_process_results] == [WORLD, WORLD]
