@@ -425,3 +425,17 @@ class DtypeProbe:
         monkeypatch.setattr(torch, "logsumexp", logsumexp)
         query = next(m for n, m in trainer.model.named_modules() if n.endswith("layer.0.attention.self.query"))
         query.register_forward_hook(lambda module, args, output: self.linear.append(output.dtype))
+
+
+def write_yaml_recipe(tmp_path, name="recipe.yaml", **values):
+    """A recipe file of `values` (booleans and lists written as YAML)."""
+    path = tmp_path / name
+    lines = []
+    for key, value in values.items():
+        if isinstance(value, bool):
+            value = str(value).lower()
+        elif isinstance(value, list):
+            value = "[" + ", ".join(map(str, value)) + "]"
+        lines.append(f"{key}: {value}")
+    path.write_text("\n".join(lines) + "\n")
+    return path

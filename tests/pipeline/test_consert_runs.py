@@ -4,26 +4,12 @@ import json
 
 import pytest
 import torch
-from helpers import changed_keys, snapshot, write_snli
+from helpers import changed_keys, snapshot, write_snli, write_yaml_recipe
 
 import hf_sentcl.pipeline.train as run_module
 from hf_sentcl import SentenceEncoder
 from hf_sentcl.pipeline.train import run
 from hf_sentcl.recipe.parser import parse_recipe
-
-
-# ------------------------------------------------------------------------------------------ recipes and stages
-def write_recipe(tmp_path, name="recipe.yaml", **values):
-    path = tmp_path / name
-    lines = []
-    for key, value in values.items():
-        if isinstance(value, bool):
-            value = str(value).lower()
-        elif isinstance(value, list):
-            value = "[" + ", ".join(map(str, value)) + "]"
-        lines.append(f"{key}: {value}")
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 @pytest.mark.slow
@@ -42,7 +28,7 @@ def test_chained_run_continues_from_the_first_stages_weights(tmp_path, tiny_bert
 
     monkeypatch.setattr(run_module, "build_encoder", recording_build)
     out = tmp_path / "out"
-    recipe = parse_recipe(write_recipe(
+    recipe = parse_recipe(write_yaml_recipe(
         tmp_path, method="consert", supervised_mode="joint-unsup", nli_source=str(snli), nli_splits=["dev"],
         unlabeled_sts="all", sts_data_dir=str(senteval_dir), model_name_or_path=str(tiny_bert_dir), pooling="mean",
         head="none", inference_pooling="last2_avg", output_dir=str(out), per_device_train_batch_size=4,

@@ -4,6 +4,7 @@ the papers' settings in the shipped recipes."""
 import dataclasses
 
 import pytest
+from helpers import write_yaml_recipe
 
 from hf_sentcl.cli.train import main
 from hf_sentcl.configs import ConSERTConfig
@@ -34,25 +35,13 @@ def test_config_errors_name_the_key(tmp_path, overrides, key):
         ConSERTConfig(**settings)
 
 
-# ------------------------------------------------------------------------------------------ recipes and stages
-def write_recipe(tmp_path, name="recipe.yaml", **values):
-    path = tmp_path / name
-    lines = []
-    for key, value in values.items():
-        if isinstance(value, bool):
-            value = str(value).lower()
-        elif isinstance(value, list):
-            value = "[" + ", ".join(map(str, value)) + "]"
-        lines.append(f"{key}: {value}")
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def test_stages_of_chained_modes(tmp_path):
     """joint-unsup: stage 1 joint on NLI into <output_dir>/stage-1 with the supervised_* settings and no push;
     stage 2 unsup on the unlabeled text from stage 1's export into output_dir; a checkpoint to resume picks the
     stage by its folder. Single modes: one stage."""
-    recipe = parse_recipe(write_recipe(
+    recipe = parse_recipe(write_yaml_recipe(
         tmp_path, method="consert", supervised_mode="joint-unsup", nli_source="senteval", unlabeled_sts="all",
         output_dir=str(tmp_path / "out"), learning_rate=5e-7, supervised_learning_rate=2e-5,
         supervised_num_train_epochs=2, adversarial=True, head="none", pooling="mean", supervised_batch_size=16,
@@ -90,9 +79,9 @@ def test_stages_of_chained_modes(tmp_path):
     (only,) = consert_stages(resumed_second)
     assert only.training.supervised_mode == "unsup" and only.training.resume_from_checkpoint.endswith("checkpoint-8")
 
-    single = parse_recipe(write_recipe(tmp_path, method="consert", unlabeled_sts="all", output_dir="x"))
+    single = parse_recipe(write_yaml_recipe(tmp_path, method="consert", unlabeled_sts="all", output_dir="x"))
     assert consert_stages(single) == [single]
-    unused = parse_recipe(write_recipe(tmp_path, method="consert", supervised_mode="joint", nli_source="senteval",
+    unused = parse_recipe(write_yaml_recipe(tmp_path, method="consert", supervised_mode="joint", nli_source="senteval",
                                        unlabeled_sts="all", output_dir="x"))
     with pytest.raises(ValueError, match="unlabeled_sts"):
         consert_stages(unused)
@@ -100,13 +89,13 @@ def test_stages_of_chained_modes(tmp_path):
 
 def test_validation_names_the_missing_nli_file(tmp_path, senteval_dir, tiny_bert_dir, capsys):
     """Before any model loads: a joint recipe whose SNLI split is missing exits 2 naming the file."""
-    recipe = write_recipe(tmp_path, method="consert", supervised_mode="joint", nli_source="senteval",
+    recipe = write_yaml_recipe(tmp_path, method="consert", supervised_mode="joint", nli_source="senteval",
                           sts_data_dir=str(senteval_dir), model_name_or_path=str(tiny_bert_dir), head="none",
                           output_dir=str(tmp_path / "out"))
     assert main([str(recipe)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "SNLI/s1.train" in err and "nli_splits" in err
-    unsup_without_text = write_recipe(tmp_path, method="consert", sts_data_dir=str(senteval_dir), head="none",
+    unsup_without_text = write_yaml_recipe(tmp_path, method="consert", sts_data_dir=str(senteval_dir), head="none",
                                       model_name_or_path=str(tiny_bert_dir), output_dir=str(tmp_path / "out"))
     with pytest.raises(RecipeError, match="unlabeled_sts"):
         validate_recipe(parse_recipe(unsup_without_text))
