@@ -35,6 +35,23 @@ def gather_with_grad(local: torch.Tensor, dim: int = 0) -> torch.Tensor:
     return torch.cat(slices, dim=dim)
 
 
+def gather_padded(local: torch.Tensor, pad_value: int = 0) -> torch.Tensor:
+    """Concatenate `local` (rows, ..., length) from every process along dim 0, its last axis padded with
+    `pad_value` to the longest of all processes (token batches are padded to their own longest text). No gradient;
+    the lengths are read on the host, one small collective."""
+    size = world_size()
+    if size == 1:
+        return local
+    length = torch.tensor([local.shape[-1]], device=local.device)
+    lengths = [torch.empty_like(length) for _ in range(size)]
+    dist.all_gather(lengths, length)
+    longest = int(torch.cat(lengths).max())
+    padded = torch.nn.functional.pad(local, (0, longest - local.shape[-1]), value=pad_value).contiguous()
+    slices = [torch.empty_like(padded) for _ in range(size)]
+    dist.all_gather(slices, padded)
+    return torch.cat(slices, dim=0)
+
+
 def mean_over_processes(value: torch.Tensor) -> torch.Tensor:
     """The mean of `value` over every process (`value` itself outside a process group); every process must call it.
 

@@ -12,6 +12,8 @@ from transformers.trainer_utils import IntervalStrategy, SaveStrategy
 
 from hf_sentcl.configs.validation import check_choices, check_range
 from hf_sentcl.evaluation.sts import STS_MODES
+from hf_sentcl.losses.false_negatives import FALSE_NEGATIVE_MODES
+from hf_sentcl.losses.matryoshka import check_matryoshka
 from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS
 from hf_sentcl.modeling.config import HEAD_TYPES
 from hf_sentcl.modeling.pooling import POOLING_MODES
@@ -298,6 +300,26 @@ class SentCLTrainingArguments(TrainingArguments):
             "longest sentence (less padding compute; e.g. 4 on CPU). Unset: one forward."
         },
     )
+    false_negatives: Literal[FALSE_NEGATIVE_MODES] = field(
+        default="keep",
+        # exact token ids after truncation; a duplicate is dropped from the denominator, not made a positive
+        metadata={
+            "help": "'mask': take in-batch candidates whose text is identical to the anchor's or its positive's "
+            "(same token ids after truncation) out of the loss's denominator (docs/false-negatives.md). "
+            "'keep': every other row is a negative, as in the papers."
+        },
+    )
+    matryoshka_dims: list[int] | None = field(
+        default=None,
+        metadata={
+            "help": "Matryoshka embeddings: add the method's loss on each leading prefix of the embedding of these "
+            "sizes (each re-normalised), e.g. [384, 256, 128, 64] (docs/matryoshka.md). Unset: full size only."
+        },
+    )
+    matryoshka_weights: list[float] | None = field(
+        default=None,
+        metadata={"help": "Weight of each matryoshka_dims term, in the same order (default: 1 each)."},
+    )
     fast_dropout: bool = field(
         default=True,
         # 16 random bits per element, p rounded to a multiple of 1/65536; ~20-30% faster bf16 steps on CPU. GPU
@@ -350,6 +372,7 @@ class SentCLTrainingArguments(TrainingArguments):
             raise ValueError(f"length_buckets must be a positive number of sub-batches, got {self.length_buckets}.")
         if self.mini_batch_size is not None and self.mini_batch_size < 1:
             raise ValueError(f"mini_batch_size must be a positive number of examples, got {self.mini_batch_size}.")
+        check_matryoshka(self.matryoshka_dims, self.matryoshka_weights)
         if self.global_train_batch_size is not None:
             self.per_device_train_batch_size = per_device_batch_size(self.global_train_batch_size, self.world_size)
 

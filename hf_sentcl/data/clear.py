@@ -246,6 +246,11 @@ class CLEARCollator:
             key: value.view(len(views), batch, -1).transpose(0, 1).contiguous()
             for key, value in (("input_ids", input_ids), ("attention_mask", attention_mask))
         }
+        # the sentence before augmentation: what names it for `false_negatives: mask` (two views of a repeated
+        # sentence are the same sentence, whatever the augmentations drew)
+        out["source_ids"], out["source_mask"] = pad_token_ids(
+            originals, self.tokenizer.pad_token_id, self.tokenizer.padding_side, self.pad_to_multiple_of
+        )
         if labels is not None:  # aligned with the masked originals (view 0), -100 on padding
             mlm_labels = torch.full_like(out["input_ids"][:, 0], -100)
             mlm_labels[out["attention_mask"][:, 0].bool()] = torch.tensor(list(chain.from_iterable(labels)))

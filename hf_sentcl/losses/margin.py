@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from hf_sentcl.losses.false_negatives import exclude_candidates
 from hf_sentcl.losses.info_nce import cosine_logits, info_nce
 
 _TERM = re.compile(r"([pn])([+-])")
@@ -108,15 +109,17 @@ def margin_cross_entropy(
     multi_task: bool = False,
     detach_margin: bool = True,
     logit_bias: torch.Tensor | None = None,
+    exclude: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Cross-entropy of perturbed similarities / temperature against `targets` (mean over rows).
 
     Works on any in-batch InfoNCE written as a (rows, candidates) similarity matrix with one positive column per
     row, so other methods (e.g. an NT-Xent over 2N views with -inf on the diagonal) can reuse it.
-    `logit_bias` is added after the division by the temperature (SimCSE's hard-negative weight).
+    `logit_bias` is added after the division by the temperature (SimCSE's hard-negative weight); `exclude` takes
+    candidates out of every row's denominator (and out of BYOP-D's count of negatives).
     """
     with torch.autocast(device_type=similarities.device.type, enabled=False):
-        similarities = similarities.float()
+        similarities = exclude_candidates(similarities.float(), exclude)
         m = dynamic_margin(similarities, targets, detach_margin) if dynamic else margin
         perturbed = perturb_similarities(similarities, targets, perturbation, m) / temperature
         if logit_bias is not None:
@@ -141,6 +144,7 @@ def margin_info_nce(
     detach_margin: bool = True,
     hard_negatives: torch.Tensor | None = None,
     hard_negative_weight: float = 0.0,
+    exclude: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """SimCSE's InfoNCE with an IFM/BYOP margin: anchors z1[i], positives z2[i], negatives z2[j != i] (and every
     hard_negatives[j], which the 'n' term shifts too). With `perturbation=None`, or a zero constant margin, the
@@ -152,9 +156,10 @@ def margin_info_nce(
         dynamic: use BYOP-D's m_i = sim(z1[i], z2[i]) / (number of negatives of row i).
         multi_task: return 0.5 * (plain + perturbed) (IFM's Eq. 3 and BYOP's "-M" variants).
         detach_margin: treat the dynamic margin as a constant (no gradient through it); see the README.
+        exclude: (rows, candidates) false negatives to drop (`hf_sentcl.losses.false_negatives`).
     """
     if perturbation is None:
-        return info_nce(z1, z2, temperature, hard_negatives, hard_negative_weight)
+        return info_nce(z1, z2, temperature, hard_negatives, hard_negative_weight, exclude)
     if z1.shape != z2.shape:
         raise ValueError(f"z1 and z2 must have the same shape, got {tuple(z1.shape)} and {tuple(z2.shape)}.")
     if margin < 0:
@@ -169,7 +174,7 @@ def margin_info_nce(
             bias[:, n:] = hard_negative_weight * torch.eye(n, device=bias.device)
     targets = torch.arange(z1.shape[0], device=z1.device)
     return margin_cross_entropy(
-        similarities, targets, temperature, perturbation, margin, dynamic, multi_task, detach_margin, bias
+        similarities, targets, temperature, perturbation, margin, dynamic, multi_task, detach_margin, bias, exclude
     )
 
 

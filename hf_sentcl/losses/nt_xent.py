@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from hf_sentcl.losses.false_negatives import exclude_candidates
 from hf_sentcl.losses.info_nce import cosine_logits
 from hf_sentcl.losses.margin import Perturbation, margin_cross_entropy
 
@@ -42,16 +43,19 @@ def nt_xent(
     multi_task: bool = False,
     detach_margin: bool = True,
     reduction: str = "mean",
+    exclude: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Mean (or, `reduction="sum"`, sum) over the 2N views of -log exp(sim(x_a, x_pos)/tau) / sum_{k != a}
     exp(sim(x_a, x_k)/tau).
 
     The other keyword arguments are the IFM/BYOP margin plug-in (see `margin_cross_entropy`); with
     `perturbation=None` the loss is plain NT-Xent. BYOP-D's dynamic margin divides by the row's 2N - 2 negatives.
+    `exclude` (2N, 2N), rows and columns ordered [z1; z2], takes false negatives out of the denominators.
     """
     if reduction not in NT_XENT_REDUCTIONS:
         raise ValueError(f"reduction must be one of {', '.join(NT_XENT_REDUCTIONS)}, got '{reduction}'.")
     similarities, targets = nt_xent_similarities(z1, z2)
+    similarities = exclude_candidates(similarities, exclude)
     if perturbation is None:
         with torch.autocast(device_type=similarities.device.type, enabled=False):
             loss = torch.nn.functional.cross_entropy(similarities / temperature, targets)

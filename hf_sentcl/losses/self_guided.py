@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hf_sentcl.losses.false_negatives import exclude_candidates
 from hf_sentcl.losses.info_nce import cosine_logits, info_nce
 from hf_sentcl.losses.nt_xent import nt_xent
 
@@ -30,40 +31,48 @@ def _check_pair(c: torch.Tensor, h: torch.Tensor) -> None:
         raise ValueError(f"c and h must both have shape (b, d), got {tuple(c.shape)} and {tuple(h.shape)}.")
 
 
-def sg_loss(c: torch.Tensor, h: torch.Tensor, temperature: float) -> torch.Tensor:
+def sg_loss(c: torch.Tensor, h: torch.Tensor, temperature: float, exclude: torch.Tensor | None = None) -> torch.Tensor:
     """L_base (SG): NT-Xent over X = {c_i} U {h_i}; x_m's positive is its partner mu(x_m), the other 2b - 2
-    vectors are its negatives, and the 2b cross-entropy terms are averaged."""
+    vectors are its negatives, and the 2b cross-entropy terms are averaged. `exclude`: (2b, 2b) over [c; h]."""
     _check_pair(c, h)
-    return nt_xent(c, h, temperature)
+    return nt_xent(c, h, temperature, exclude=exclude)
 
 
-def sg_opt1_loss(c: torch.Tensor, h: torch.Tensor, temperature: float) -> torch.Tensor:
+def sg_opt1_loss(
+    c: torch.Tensor, h: torch.Tensor, temperature: float, exclude: torch.Tensor | None = None
+) -> torch.Tensor:
     """L_opt1: -log phi(c_i, h_i) / (sum_{j != i} phi(c_i, c_j) + sum_j phi(c_i, h_j)), mean over the b anchors c_i.
 
-    Views are no longer anchors (factor (4), h_i <-> h_j, disappears)."""
+    Views are no longer anchors (factor (4), h_i <-> h_j, disappears). `exclude`: (b, 2b) over [h, c]."""
     _check_pair(c, h)
     b = c.shape[0]
     to_views = cosine_logits(c, h, temperature)
     to_sentences = cosine_logits(c, c, temperature)
     with torch.autocast(device_type=c.device.type, enabled=False):
         to_sentences = to_sentences.masked_fill(torch.eye(b, dtype=torch.bool, device=c.device), float("-inf"))
-        logits = torch.cat([to_views, to_sentences], dim=1)
+        logits = exclude_candidates(torch.cat([to_views, to_sentences], dim=1), exclude)
         return F.cross_entropy(logits, torch.arange(b, device=c.device))
 
 
-def sg_opt2_loss(c: torch.Tensor, h: torch.Tensor, temperature: float) -> torch.Tensor:
-    """L_opt2: -log phi(c_i, h_i) / sum_j phi(c_i, h_j), mean over i (L_opt1 without the c_i <-> c_j factor)."""
+def sg_opt2_loss(
+    c: torch.Tensor, h: torch.Tensor, temperature: float, exclude: torch.Tensor | None = None
+) -> torch.Tensor:
+    """L_opt2: -log phi(c_i, h_i) / sum_j phi(c_i, h_j), mean over i (L_opt1 without the c_i <-> c_j factor).
+    `exclude`: (b, b) over h."""
     _check_pair(c, h)
-    return info_nce(c, h, temperature)
+    return info_nce(c, h, temperature, exclude=exclude)
 
 
-def sg_opt_loss(c: torch.Tensor, h: torch.Tensor, temperature: float) -> torch.Tensor:
+def sg_opt_loss(
+    c: torch.Tensor, h: torch.Tensor, temperature: float, exclude: torch.Tensor | None = None
+) -> torch.Tensor:
     """L_opt (SG-OPT): for every sentence i and view k, -log phi(c_i, h_{i,k}) / (phi(c_i, h_{i,k}) +
     sum_{m != i} sum_n phi(c_i, h_{m,n})); mean over the b * num_views terms.
 
     Args:
         c: (b, d) projected sentence vectors.
         h: (b, num_views, d) projected views of every sentence (num_views = l + 1 when all layers give views).
+        exclude: (b, b) sentences m whose every view leaves the denominator of sentence i's terms.
     """
     if c.dim() != 2 or h.dim() != 3 or h.shape[0] != c.shape[0] or h.shape[2] != c.shape[1]:
         raise ValueError(f"expected c (b, d) and h (b, views, d), got {tuple(c.shape)} and {tuple(h.shape)}.")
@@ -71,6 +80,8 @@ def sg_opt_loss(c: torch.Tensor, h: torch.Tensor, temperature: float) -> torch.T
     logits = cosine_logits(c, h.reshape(b * views, -1), temperature).view(b, b, views)
     with torch.autocast(device_type=c.device.type, enabled=False):
         own = torch.eye(b, dtype=torch.bool, device=c.device)
+        if exclude is not None:
+            own = own | exclude
         # (b, views): logit of c_i against its own views h_{i,k} (the diagonal: no boolean select, no host read)
         positives = logits.diagonal(dim1=0, dim2=1).T
         # The negatives are the same for every view k of sentence i: all views of every other sentence.

@@ -41,6 +41,7 @@ def validate_recipe(recipe: Recipe) -> None:
     try:
         spec.trainer_class.check_cached_step(recipe.training)
         spec.trainer_class.check_length_buckets(recipe.training)
+        spec.trainer_class.check_plugins(recipe.training, recipe.model)
     except ValueError as err:
         raise RecipeError(f"{recipe.source}: {err}") from None
     try:  # a method's own training data (e.g. NLI pairs) checks itself, stage by stage

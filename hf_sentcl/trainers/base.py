@@ -47,9 +47,11 @@ from torch import nn
 from transformers import Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from hf_sentcl.common.distributed import gather_with_grad, mean_over_processes, world_size
+from hf_sentcl.common.distributed import gather_padded, gather_with_grad, mean_over_processes, world_size
 from hf_sentcl.evaluation.alignment import sts_alignment_uniformity
 from hf_sentcl.evaluation.sts import STSEvaluator
+from hf_sentcl.losses.false_negatives import text_groups
+from hf_sentcl.losses.matryoshka import LossFn, check_matryoshka, matryoshka_loss
 from hf_sentcl.modeling.encoder import evaluating_in_training
 from hf_sentcl.modeling.fast_dropout import use_fast_dropout
 from hf_sentcl.modeling.health import CHECKPOINT_COMPLETE, NonFiniteLossFlag
@@ -178,6 +180,8 @@ class ContrastiveTrainer(Trainer):
             )
         self.check_cached_step(self.args)
         self.check_length_buckets(self.args)
+        self.check_plugins(self.args, self.model.config)
+        check_matryoshka(self.args.matryoshka_dims, self.args.matryoshka_weights, self.model.config.hidden_size)
 
     @classmethod
     def check_cached_step(cls, args) -> None:
@@ -200,6 +204,28 @@ class ContrastiveTrainer(Trainer):
                 "mini_batch_size is not supported under DeepSpeed (its engine owns backward and gradient "
                 "accumulation); use a DDP or FSDP accelerate config, or remove 'mini_batch_size'."
             )
+
+    @classmethod
+    def check_plugins(cls, args, model_settings) -> None:
+        """Refuse `matryoshka_dims` / `false_negatives: mask` where this method cannot honour them, with the reason;
+        `model_settings` is the recipe's model section or the encoder's config (head, head_at_inference, pooling).
+        Called by `validate_recipe` too, before anything is loaded."""
+        if getattr(args, "matryoshka_dims", None) and (reason := cls.matryoshka_refusal(args, model_settings)):
+            raise ValueError(f"matryoshka_dims: {reason}")
+
+    @classmethod
+    def matryoshka_refusal(cls, args, model_settings) -> str | None:
+        """Why this method cannot train Matryoshka prefixes, or None. The prefixes must be those of the saved
+        encoder's embedding, so the loss has to compare that embedding and not a training-only head's output."""
+        head_skipped = getattr(model_settings, "pooling", None) == "cls_before_pooler"
+        head_dropped = not head_skipped and not getattr(model_settings, "head_at_inference", False)
+        if getattr(model_settings, "head", "none") != "none" and head_dropped:
+            return (
+                "the loss compares the MLP head's outputs, which the saved encoder drops (head_at_inference: "
+                "false), so the prefixes of the saved embedding would never be trained; set 'head: none' or "
+                "'head_at_inference: true'."
+            )
+        return None
 
     @classmethod
     def check_length_buckets(cls, args) -> None:
@@ -256,15 +282,51 @@ class ContrastiveTrainer(Trainer):
         `local_loss` computed from the same forward (see `ViewsOutput`)."""
         return ViewsOutput(self.embed_views(model, inputs))
 
-    def contrastive_loss(self, views: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Loss from the gathered (num_views, global_batch, dim) embeddings, plus named components to log."""
-        raise NotImplementedError(f"{type(self).__name__} must implement contrastive_loss(views).")
+    def contrastive_loss(
+        self, views: torch.Tensor, groups: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Loss from the gathered (num_views, global_batch, dim) embeddings, plus named components to log. `groups`
+        (`text_groups`) names each text view's text when duplicates are masked (`false_negatives: mask`)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement contrastive_loss(views, groups).")
+
+    def identity_tokens(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The token ids, (batch, text views, length), and attention mask that name each text view's text for
+        `false_negatives: mask`. CLEAR names a sentence by its text before augmentation."""
+        return inputs["input_ids"], inputs["attention_mask"]
+
+    def text_groups(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor | None:
+        """(text views, global batch) integers, equal exactly where two texts have the same token ids, over every
+        process's batch in the order of the gathered embeddings; None unless `false_negatives: mask`."""
+        if self.args.false_negatives != "mask":
+            return None
+        ids, mask = self.identity_tokens(inputs)
+        tokens = gather_padded(torch.where(mask.bool(), ids + 1, 0))  # 0 = padding, whatever its id and side
+        rows, views, length = tokens.shape
+        flat = tokens.reshape(rows * views, length)
+        return text_groups(flat, flat > 0).view(rows, views).T
+
+    def record_masked(self, exclude: torch.Tensor | None) -> torch.Tensor | None:
+        """Log how many (row, candidate) pairs `exclude` takes out of the loss (`masked_pairs`), and return it."""
+        if exclude is not None:
+            self.record_metrics({"masked_pairs": exclude.sum().float()})
+        return exclude
+
+    def embedding_loss(
+        self, loss_fn: LossFn, vectors: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """`loss_fn(vectors)`, or with `matryoshka_dims` the weighted sum of it over those leading prefixes of the
+        vectors (`hf_sentcl.losses.matryoshka`)."""
+        dims = self.args.matryoshka_dims
+        if not dims:
+            return loss_fn(vectors)
+        return matryoshka_loss(loss_fn, vectors, dims, self.args.matryoshka_weights)
 
     def batch_loss(self, model, views: torch.Tensor, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
         """The loss of the whole local batch from its (num_views, batch, dim) embeddings, ready for backward, and the
         outputs `compute_loss` returns. Runs once per step, in the plain and in the cached step."""
         gathered = gather_with_grad(views, dim=1)
-        loss, components = self.contrastive_loss(gathered)
+        groups = self.text_groups(inputs)
+        loss, components = self.embedding_loss(lambda vectors: self.contrastive_loss(vectors, groups), gathered)
         self.record_metrics(components)
         # Every process computes the full loss but back-propagates through its own slice only; DDP then
         # averages over processes, so the gradient is scaled back up by the world size.

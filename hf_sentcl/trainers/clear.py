@@ -44,6 +44,7 @@ from transformers import AutoModel, AutoModelForMaskedLM, PreTrainedModel, Train
 
 from hf_sentcl.data.clear import CLEARCollator, with_example_index
 from hf_sentcl.losses import nt_xent
+from hf_sentcl.losses.false_negatives import nt_xent_mask
 from hf_sentcl.trainers.base import ContrastiveTrainer, ViewsOutput, stack_views
 from hf_sentcl.trainers.heads import (
     TrainingHeadsMixin,
@@ -220,11 +221,26 @@ class CLEARTrainer(TrainingHeadsMixin, ContrastiveTrainer):
             components={"mlm_loss": loss},
         )
 
-    def contrastive_loss(self, views: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    @classmethod
+    def matryoshka_refusal(cls, args, model_settings) -> str | None:
+        return (
+            "CLEAR's NT-Xent compares the projection head g's outputs (projection_dim), which the saved encoder "
+            "drops, so no prefix of the saved [CLS] embedding would be trained; remove 'matryoshka_dims'."
+        )
+
+    def identity_tokens(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """A sentence is named by its text before augmentation (the collator's `source_ids`): two augmented views of
+        one repeated sentence are the same sentence, whatever the augmentations drew."""
+        return inputs["source_ids"][:, None], inputs["source_mask"][:, None]
+
+    def contrastive_loss(
+        self, views: torch.Tensor, groups: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """NT-Xent over the 2N gathered projections (with the IFM/BYOP margin when `perturbation` is set), summed
         over the 2N views (Eq. 2) or averaged, as `cl_reduction` says."""
+        exclude = None if groups is None else self.record_masked(nt_xent_mask(groups[0]))
         loss = nt_xent(
-            views[0], views[1], self.args.temperature, reduction=self.args.cl_reduction,
+            views[0], views[1], self.args.temperature, reduction=self.args.cl_reduction, exclude=exclude,
             **self.args.margin_loss_kwargs(),
         )
         return loss, {"contrastive_loss": loss}

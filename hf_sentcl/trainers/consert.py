@@ -38,6 +38,7 @@ from hf_sentcl.configs.consert import CHAINED_MODES, STAGE_KEYS
 from hf_sentcl.data.corpus import text_sources
 from hf_sentcl.data.nli import NLI_LABELS, NLITrainData, resolve_nli_source
 from hf_sentcl.losses import nt_xent, pair_classification_loss
+from hf_sentcl.losses.false_negatives import nt_xent_mask
 from hf_sentcl.methods import get_method
 from hf_sentcl.trainers.base import ContrastiveTrainer, ViewsOutput, stack_views
 from hf_sentcl.trainers.heads import TrainingHeadsMixin
@@ -77,6 +78,19 @@ class ConSERTTrainer(TrainingHeadsMixin, ContrastiveTrainer):
         if self.mode == "unsup":
             return 2
         return len(self.supervised_blocks()[0]) + int(self.args.adversarial)
+
+    @classmethod
+    def check_plugins(cls, args, model_settings) -> None:
+        """Supervised mode trains the NLI classifier alone: no in-batch loss for the plug-ins to act on."""
+        if getattr(args, "supervised_mode", None) == "sup":
+            plugins = {"false_negatives": args.false_negatives == "mask", "matryoshka_dims": args.matryoshka_dims}
+            for key, on in plugins.items():
+                if on:
+                    raise ValueError(
+                        f"{key}: supervised_mode 'sup' trains ConSERT's NLI classifier only, with no in-batch "
+                        "contrastive loss to apply it to; use 'joint' or 'sup-unsup', or remove the key."
+                    )
+        super().check_plugins(args, model_settings)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -127,12 +141,15 @@ class ConSERTTrainer(TrainingHeadsMixin, ContrastiveTrainer):
         blocks = self.encode_blocks(model, inputs, [self.args.augmentation1, self.args.augmentation2])
         return blocks.view(2 * views, batch, -1)
 
-    def contrastive_loss(self, views: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def contrastive_loss(
+        self, views: torch.Tensor, groups: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """NT-Xent between the first half of the views (T1 of every text) and the second (T2); alpha-weighted in
         joint training."""
         half = views.shape[0] // 2
+        exclude = None if groups is None else self.record_masked(nt_xent_mask(groups.flatten()))
         loss = nt_xent(
-            views[:half].flatten(0, 1), views[half:].flatten(0, 1), self.args.temperature,
+            views[:half].flatten(0, 1), views[half:].flatten(0, 1), self.args.temperature, exclude=exclude,
             **self.args.margin_loss_kwargs(),
         )
         if self.mode == "joint":

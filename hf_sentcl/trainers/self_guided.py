@@ -35,6 +35,7 @@ from transformers import EarlyStoppingCallback
 
 from hf_sentcl.common.distributed import gather_with_grad, world_size
 from hf_sentcl.losses import sg_loss, sg_opt1_loss, sg_opt2_loss, sg_opt_loss
+from hf_sentcl.losses.false_negatives import false_negative_mask, info_nce_mask, nt_xent_mask
 from hf_sentcl.modeling.heads import ProjectionHead
 from hf_sentcl.modeling.peft import frozen_base_copy, is_peft_model, weight_distance
 from hf_sentcl.modeling.pooling import masked_max, masked_mean
@@ -45,6 +46,13 @@ from hf_sentcl.trainers.heads import TrainingHeadsMixin, check_raw_cls_encoder, 
 HEAD_NAME = "self_guided_head"
 HEAD_FILE = "self_guided_head.safetensors"
 OBJECTIVES = {"sg": sg_loss, "opt1": sg_opt1_loss, "opt2": sg_opt2_loss, "sg-opt": sg_opt_loss}
+#: each objective's false-negative mask from the sentences' text groups (b,), in its candidate layout
+OBJECTIVE_MASKS = {
+    "sg": nt_xent_mask,  # [c; h] x [c; h]
+    "opt1": lambda g: false_negative_mask(g, g, torch.cat([g, g]), torch.arange(len(g), device=g.device)),  # [h, c]
+    "opt2": lambda g: info_nce_mask(g, g),
+    "sg-opt": lambda g: info_nce_mask(g, g),  # sentences m, every view of each
+}
 VIEW_POOLERS = {"max": masked_max, "mean": masked_mean}
 
 
@@ -171,16 +179,38 @@ class SelfGuidedTrainer(TrainingHeadsMixin, ContrastiveTrainer):
     def project(self, vectors: torch.Tensor) -> torch.Tensor:
         return vectors if self.projection_head is None else self.projection_head(vectors)
 
+    @classmethod
+    def matryoshka_refusal(cls, args, model_settings) -> str | None:
+        if args.projection_head:
+            return (
+                "SG's losses compare the projection head's outputs (projection_size wide), which the saved encoder "
+                "drops, so no prefix of the saved [CLS] embedding would be trained; set 'projection_head: false' "
+                "(Table 5's ablation) to train Matryoshka prefixes."
+            )
+        return super().matryoshka_refusal(args, model_settings)
+
+    def contrastive_loss(
+        self, views: torch.Tensor, groups: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The objective on the gathered, projected vectors stacked as (b, 1 + h views, d): c first, then h."""
+        c, h = views[:, 0], views[:, 1:]
+        exclude = None if groups is None else self.record_masked(OBJECTIVE_MASKS[self.args.objective](groups[0]))
+        h = h if self.args.objective == "sg-opt" else h[:, 0]
+        return OBJECTIVES[self.args.objective](c, h, self.args.temperature, exclude), {}
+
     def batch_loss(self, model, views: torch.Tensor, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
         """Steps 2-5 of the module docstring on BERT_T's embedded batch (`embed_views` output)."""
         c = views[0]  # (b, d): BERT_T's last-layer [CLS]
         h = self.frozen_views(inputs["input_ids"][:, 0], inputs["attention_mask"][:, 0])
         if self.args.objective != "sg-opt":  # sampler sigma: one uniformly chosen layer per sentence
             choice = torch.randint(h.shape[1], (h.shape[0],), device=h.device)
-            h = h[torch.arange(h.shape[0], device=h.device), choice]
+            h = h[torch.arange(h.shape[0], device=h.device), choice][:, None]
         c_projected = gather_with_grad(self.project(c), dim=0)
         h_projected = gather_with_grad(self.project(h), dim=0)
-        contrastive = OBJECTIVES[self.args.objective](c_projected, h_projected, self.args.temperature)
+        groups = self.text_groups(inputs)
+        vectors = torch.cat([c_projected[:, None], h_projected], dim=1)
+        contrastive, parts = self.embedding_loss(lambda v: self.contrastive_loss(v, groups), vectors)
+        self.record_metrics(parts)
 
         backbone = self.accelerator.unwrap_model(model).backbone
         weight = self.args.regularizer_weight

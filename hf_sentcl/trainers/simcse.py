@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from hf_sentcl.losses import margin_info_nce
+from hf_sentcl.losses.false_negatives import info_nce_mask
 from hf_sentcl.trainers.base import ContrastiveTrainer
 
 
@@ -13,9 +14,14 @@ class SimCSETrainer(ContrastiveTrainer):
 
     dropout_copies = 2
 
-    def contrastive_loss(self, views: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def contrastive_loss(
+        self, views: torch.Tensor, groups: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        exclude = None if groups is None else self.record_masked(info_nce_mask(groups[0], groups[0]))
         # perturbation unset -> exactly info_nce
-        loss = margin_info_nce(views[0], views[1], self.args.temperature, **self.args.margin_loss_kwargs())
+        loss = margin_info_nce(
+            views[0], views[1], self.args.temperature, exclude=exclude, **self.args.margin_loss_kwargs()
+        )
         return loss, {}
 
 
@@ -24,10 +30,15 @@ class SupervisedSimCSETrainer(ContrastiveTrainer):
 
     dropout_copies = 1
 
-    def contrastive_loss(self, views: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def contrastive_loss(
+        self, views: torch.Tensor, groups: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         hard = views[2] if views.shape[0] > 2 else None
+        exclude = None
+        if groups is not None:  # anchors, positives[, hard negatives]
+            exclude = self.record_masked(info_nce_mask(*groups))
         loss = margin_info_nce(
             views[0], views[1], self.args.temperature, hard_negatives=hard,
-            hard_negative_weight=self.args.hard_negative_weight, **self.args.margin_loss_kwargs(),
+            hard_negative_weight=self.args.hard_negative_weight, exclude=exclude, **self.args.margin_loss_kwargs(),
         )
         return loss, {}

@@ -38,11 +38,12 @@ class StubTrainer(ContrastiveTrainer):
 
     def __init__(self, z1, z2):  # no Trainer.__init__: only the loss methods are used
         self.views = torch.stack([z1, z2])
+        self.args = SimpleNamespace(false_negatives="keep", matryoshka_dims=None)
 
     def embed_views(self, model, inputs):
         return self.views
 
-    def contrastive_loss(self, views):
+    def contrastive_loss(self, views, groups=None):
         return info_nce(views[0], views[1], TEMPERATURE), {}
 
     def record_metrics(self, components):
@@ -52,10 +53,11 @@ class StubTrainer(ContrastiveTrainer):
 class StubSupervisedTrainer(SupervisedSimCSETrainer):
     """Supervised SimCSE's own contrastive_loss on fixed (anchor, entailment, contradiction) views (3, b, d)."""
 
-    def __init__(self, *views):  # no Trainer.__init__
+    def __init__(self, *views, false_negatives="keep"):  # no Trainer.__init__
         self.views = torch.stack(views)
         self.args = SimpleNamespace(temperature=TEMPERATURE, hard_negative_weight=HARD_WEIGHT,
-                                    margin_loss_kwargs=lambda: {"perturbation": None})
+                                    margin_loss_kwargs=lambda: {"perturbation": None},
+                                    false_negatives=false_negatives, matryoshka_dims=None)
 
     def embed_views(self, model, inputs):
         return self.views
@@ -96,22 +98,66 @@ def _worker(rank, init_file, out_dir):
         loss.backward()
         results["trainer_sup"] = (loss.detach(), z1.grad.clone(), z2.grad.clone(), z3.grad.clone())
 
-        # (5) logged loss components are averaged over processes
+        # (5) supervised SimCSE with `false_negatives: mask`: texts repeat across processes, whose batches are
+        # padded to different lengths; the gathered text groups must line up with the gathered embeddings
+        z1, z2, z3 = local_leaves(rank)
+        part = slice(rank * LOCAL_BATCH, (rank + 1) * LOCAL_BATCH)
+        inputs = token_batch([TRIPLETS[i] for i in range(WORLD * LOCAL_BATCH)[part]], width=6 + 3 * rank)
+        loss = StubSupervisedTrainer(z1, z2, z3, false_negatives="mask").compute_loss(model=None, inputs=inputs)
+        loss.backward()
+        results["trainer_sup_masked"] = (loss.detach(), z1.grad.clone(), z2.grad.clone(), z3.grad.clone())
+
+        # (6) logged loss components are averaged over processes
         results["mean"] = mean_over_processes(torch.tensor(float(rank + 1)))
         torch.save(results, f"{out_dir}/rank{rank}.pt")
     finally:
         dist.destroy_process_group()
 
 
+#: (premise, entailment, contradiction) of the global batch; rank 0 holds rows 0-2, rank 1 rows 3-5
+TRIPLETS = [
+    ("a man sleeps", "someone rests", "a man runs"),
+    ("kids play", "children play", "kids sleep"),
+    ("a dog barks", "an animal is loud", "a cat sleeps"),
+    ("a man sleeps", "a person is asleep", "a man sings"),  # rank 0's premise again: row 0's entailment masked
+    ("rain falls", "someone rests", "it is dry"),  # row 0's entailment again
+    ("birds fly", "animals move", "children play"),  # contradiction = row 1's entailment
+]
+
+
+def token_batch(triplets, width):
+    """(batch, 3, width) word ids (stable across processes, 0 = padding) and attention mask."""
+    words = sorted({w for t in TRIPLETS for text in t for w in text.split()})
+    ids = torch.zeros(len(triplets), 3, width, dtype=torch.long)
+    for i, triplet in enumerate(triplets):
+        for v, text in enumerate(triplet):
+            row = [1 + words.index(w) for w in text.split()]
+            ids[i, v, : len(row)] = torch.tensor(row)
+    return {"input_ids": ids, "attention_mask": (ids > 0).long()}
+
+
+def hand_mask():
+    """Supervised false negatives decided on the strings: columns [entailments, contradictions]."""
+    n = len(TRIPLETS)
+    mask = torch.zeros(n, 2 * n, dtype=torch.bool)
+    for i, (p, e, _) in enumerate(TRIPLETS):
+        for j, (pj, ej, cj) in enumerate(TRIPLETS):
+            mask[i, j] = j != i and (ej in (p, e) or pj == p)
+            mask[i, n + j] = cj in (p, e)
+    return mask
+
+
 def reference(kind):
     """1-process loss and gradients on the concatenated batch."""
     z1, z2, z3 = [z.clone().requires_grad_() for z in full_batch()]
-    if kind == "sup":
+    if kind == "sup_masked":
+        loss = info_nce(z1, z2, TEMPERATURE, z3, HARD_WEIGHT, exclude=hand_mask())
+    elif kind == "sup":
         loss = info_nce(z1, z2, TEMPERATURE, z3, HARD_WEIGHT)
     else:
         loss = info_nce(z1, z2, TEMPERATURE)
     loss.backward()
-    grads = (z1.grad, z2.grad, z3.grad) if kind == "sup" else (z1.grad, z2.grad)
+    grads = (z1.grad, z2.grad, z3.grad) if kind.startswith("sup") else (z1.grad, z2.grad)
     return loss.detach(), grads
 
 
@@ -129,10 +175,16 @@ def test_world_size_seen_by_workers(two_process_results):
 
 
 def expected_kind(kind):
-    return "sup" if kind in ("sup", "trainer_sup") else "unsup"
+    return {"sup": "sup", "trainer_sup": "sup", "trainer_sup_masked": "sup_masked"}.get(kind, "unsup")
 
 
-@pytest.mark.parametrize("kind", ["unsup", "sup", "trainer", "trainer_sup"])
+def test_hand_mask_is_not_empty():
+    """The masked comparison can fail: the batch has duplicates, and masking them changes the loss."""
+    assert hand_mask().sum() == 5  # rows 0 and 3 share a premise, rows 0 and 4 an entailment, row 5 contradicts with row 1's entailment
+    assert (reference("sup_masked")[0] - reference("sup")[0]).abs() > 1e-3
+
+
+@pytest.mark.parametrize("kind", ["unsup", "sup", "trainer", "trainer_sup", "trainer_sup_masked"])
 def test_gathered_loss_equals_single_process_loss(two_process_results, kind):
     """Every process computes the loss of the whole global batch."""
     expected, _ = reference(expected_kind(kind))
@@ -140,7 +192,7 @@ def test_gathered_loss_equals_single_process_loss(two_process_results, kind):
         torch.testing.assert_close(result[kind][0], expected, rtol=0, atol=1e-6)
 
 
-@pytest.mark.parametrize("kind", ["unsup", "sup", "trainer", "trainer_sup"])
+@pytest.mark.parametrize("kind", ["unsup", "sup", "trainer", "trainer_sup", "trainer_sup_masked"])
 def test_averaged_gradients_equal_single_process_gradients(two_process_results, kind):
     """grad on a process's own slice / world_size (what DDP's averaging produces for the parameters that made
     the slice) equals the 1-process gradient w.r.t. that slice, for every view."""

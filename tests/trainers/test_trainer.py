@@ -85,7 +85,7 @@ def test_unsupervised_one_forward_of_2b_per_step(tiny_bert_dir, tmp_path):
     returned by contrastive_loss are logged with the loss."""
 
     class WithComponents(SimCSETrainer):
-        def contrastive_loss(self, views):
+        def contrastive_loss(self, views, groups=None):
             loss, _ = super().contrastive_loss(views)
             positive = torch.nn.functional.cosine_similarity(views[0], views[1], dim=-1).mean()
             return loss, {"positive_similarity": positive}
@@ -212,7 +212,7 @@ def test_bf16_training_keeps_loss_in_fp32(tiny_bert_dir, tmp_path):
     losses, head_outputs = [], []
 
     class Recording(SimCSETrainer):
-        def contrastive_loss(self, views):
+        def contrastive_loss(self, views, groups=None):
             loss, components = super().contrastive_loss(views)
             losses.append(loss.dtype)
             return loss, components

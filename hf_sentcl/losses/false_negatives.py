@@ -1,0 +1,88 @@
+"""Duplicate texts as false negatives: which in-batch candidates to take out of a contrastive denominator.
+
+In-batch negatives assume every other row is another sentence. A corpus that repeats a sentence, or NLI triplets
+that repeat a premise, put the same text on two rows, and the loss then pushes a sentence away from itself.
+With `false_negatives: mask` every loss here drops those candidates from the softmax (a -inf logit), so they are
+neither positives nor negatives.
+
+"Identical" means identical token ids after truncation: texts that differ only beyond `max_seq_length` are the
+same input to the encoder, and the comparison is exact (no hashing), across processes once the ids are gathered.
+
+A candidate c is a false negative of row i (never i's own target) when
+- c's text equals the text of i's anchor or of i's positive, or
+- c is the positive of a row whose anchor text equals i's anchor (another positive of the same anchor: a premise
+  repeated with a second entailment).
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: values of the `false_negatives` setting
+FALSE_NEGATIVE_MODES = ("keep", "mask")
+
+
+def text_groups(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """One integer per row of `input_ids` (rows, length), equal for two rows exactly when their real tokens are
+    the same (padding, its side and its length play no part). Rows may come from batches padded differently."""
+    tokens = torch.where(attention_mask.bool(), input_ids + 1, 0)
+    # left padding: move the real tokens first, so padding on either side compares equal
+    order = torch.argsort((tokens == 0).to(torch.int8), dim=1, stable=True)
+    tokens = tokens.gather(1, order)
+    return torch.unique(tokens, dim=0, return_inverse=True)[1]
+
+
+def false_negative_mask(
+    anchors: torch.Tensor,
+    positives: torch.Tensor,
+    candidates: torch.Tensor,
+    targets: torch.Tensor,
+    candidate_anchors: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """(rows, candidates) bool, True where a candidate is a false negative of the row (see the module docstring).
+
+    Args:
+        anchors, positives: (rows,) text groups of each row's anchor and positive (`text_groups`).
+        candidates: (candidates,) text groups of the similarity matrix's columns.
+        targets: (rows,) each row's positive column, never masked.
+        candidate_anchors: (candidates,) the anchor group of the row whose positive a column is, or -1 for a column
+            that is no row's positive (a hard negative).
+    """
+    same = (candidates[None, :] == anchors[:, None]) | (candidates[None, :] == positives[:, None])
+    if candidate_anchors is not None:
+        same |= (candidate_anchors[None, :] == anchors[:, None]) & (candidate_anchors[None, :] >= 0)
+    columns = torch.arange(len(candidates), device=candidates.device)
+    return same & (columns[None, :] != targets[:, None])
+
+
+def exclude_candidates(logits: torch.Tensor, exclude: torch.Tensor | None) -> torch.Tensor:
+    """`logits` with the excluded candidates at -inf (out of the softmax's denominator); unchanged without a mask."""
+    return logits if exclude is None else logits.masked_fill(exclude, float("-inf"))
+
+
+def count_masked(exclude: torch.Tensor | None) -> torch.Tensor:
+    """How many (row, candidate) pairs a mask removes, as a tensor (no host read)."""
+    if exclude is None:
+        return torch.zeros(())
+    return exclude.sum()
+
+
+def info_nce_mask(
+    anchors: torch.Tensor, positives: torch.Tensor, hard_negatives: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The mask for SimCSE's InfoNCE: rows are anchors, columns the positives [then the hard negatives], row i's
+    target column i. Arguments are (rows,) text groups; a hard negative is no row's positive."""
+    candidates, candidate_anchors = positives, anchors
+    if hard_negatives is not None:
+        candidates = torch.cat([positives, hard_negatives])
+        candidate_anchors = torch.cat([anchors, torch.full_like(hard_negatives, -1)])
+    targets = torch.arange(len(anchors), device=anchors.device)
+    return false_negative_mask(anchors, positives, candidates, targets, candidate_anchors)
+
+
+def nt_xent_mask(groups: torch.Tensor) -> torch.Tensor:
+    """The (2N, 2N) mask for NT-Xent over [z1; z2] where both views of example i come from the text of group
+    `groups[i]` (N,): every view of a duplicate sentence leaves the denominator."""
+    both = torch.cat([groups, groups])
+    targets = torch.arange(len(both), device=groups.device).roll(len(groups))
+    return false_negative_mask(both, both, both, targets)
