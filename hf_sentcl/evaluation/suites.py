@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from hf_sentcl.evaluation.glue import GlueEvaluator, GlueSettings, glue_markdown_table
 from hf_sentcl.evaluation.plots import stsb_predictions
 from hf_sentcl.evaluation.report import sts_markdown_table, transfer_markdown_table
@@ -59,6 +61,8 @@ class SuiteResults:
     glue: dict[str, dict[str, Any]] | None = None
     #: the STS scores after each whitening of the embeddings (`whitening`), keyed by its description
     sts_whitened: dict[str, dict[str, float]] | None = None
+    #: the STS scores of each leading prefix the encoder was trained for (`matryoshka_dims`), keyed by its size
+    sts_by_dim: dict[str, dict[str, float]] | None = None
 
 
 class EvaluationSuites:
@@ -103,6 +107,7 @@ class EvaluationSuites:
         if self.sts is not None:
             embeddings = self.sts.embed(encoder, batch_size=batch_size, bf16=bf16)
             results.sts = self.sts.score(embeddings)
+            results.sts_by_dim = prefix_sts_scores(self.sts, embeddings, encoder)
             if self.whitening:  # every whitening reuses the one encode pass
                 results.sts_whitened = {
                     spec.describe(): whitened_sts_scores(self.sts, embeddings, spec, encoder, batch_size, bf16)
@@ -118,6 +123,14 @@ class EvaluationSuites:
         return results
 
 
+def prefix_sts_scores(sts: STSEvaluator, embeddings: np.ndarray, encoder) -> dict[str, dict[str, float]] | None:
+    """STS scores of the first d dimensions of the same embeddings (cosine re-normalises them), for every d of the
+    encoder's `matryoshka_dims` smaller than the embedding; None when it has none."""
+    dims = getattr(getattr(encoder, "config", None), "matryoshka_dims", None) or []
+    scores = {str(d): sts.score(embeddings[:, :d]) for d in dims if d < embeddings.shape[1]}
+    return scores or None
+
+
 def markdown_report(rows: Mapping[str, SuiteResults], sts_mode: str) -> str:
     """The STS and transfer tables (those that were run) of labelled results, one row per label (and one more per
     label and whitening for whitened STS scores)."""
@@ -128,6 +141,8 @@ def markdown_report(rows: Mapping[str, SuiteResults], sts_mode: str) -> str:
             sts[label] = r.sts
         for whitening, scores in (r.sts_whitened or {}).items():
             sts[f"{label}, {whitening}"] = scores
+        for dims, scores in (r.sts_by_dim or {}).items():
+            sts[f"{label}, first {dims} dims"] = scores
     if sts:
         tables.append(sts_markdown_table(sts, sts_mode))
     transfer = {label: r.transfer for label, r in rows.items() if r.transfer is not None}
@@ -146,6 +161,9 @@ def run_results(final: Mapping[str, SuiteResults]) -> dict[str, Any]:
     whitened = {k: r.sts_whitened for k, r in final.items() if r.sts_whitened is not None}
     if whitened:
         results["sts_whitened"] = whitened
+    by_dim = {k: r.sts_by_dim for k, r in final.items() if r.sts_by_dim is not None}
+    if by_dim:
+        results["sts_by_dim"] = by_dim
     transfer = {k: r.transfer for k, r in final.items() if r.transfer is not None}
     if transfer:
         results["transfer"] = transfer

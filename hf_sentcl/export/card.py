@@ -104,6 +104,21 @@ def dev_curve_table(history: Sequence[Mapping[str, Any]], limit: int = 20) -> st
     return "\n".join(lines)
 
 
+def matryoshka_table(results: Mapping[str, Any]) -> tuple[list[int], str | None]:
+    """The sizes the encoder was trained to be truncated to and the STS table of the trained encoder at each
+    (the full size first); ([], None) for an encoder trained without `matryoshka_dims`."""
+    by_dim = results.get("sts_by_dim") or {}
+    label = "after" if "after" in by_dim else next(iter(by_dim), None)
+    if label is None:
+        return [], None
+    rows = {f"first {d} dims": scores for d, scores in by_dim[label].items()}
+    full = (results.get("sts") or {}).get(label)
+    if full:
+        rows = {"full size": full, **rows}
+    dims = sorted((int(d) for d in by_dim[label]), reverse=True)
+    return dims, sts_markdown_table(rows, results.get("sts_mode", "all"))
+
+
 # ------------------------------------------------------------------------------------------------ the card
 def build_card_data(results: Mapping[str, Any], model_name: str) -> ModelCardData:
     """Front matter: library, pipeline tag, tags, base model, datasets and the MTEB-protocol model-index."""
@@ -148,6 +163,7 @@ def render_model_card(
     train = results.get("train") or {}
     history = train.get("dev_curve") or []
     card_data = build_card_data(results, model_name)
+    truncate_dims, truncate_table = matryoshka_table(results)
     return ModelCard.from_template(
         card_data,
         template_str=TEMPLATE.read_text(encoding="utf-8"),
@@ -177,6 +193,8 @@ def render_model_card(
         transformers_snippet=transformers_snippet(plan, model_id),
         st_snippet=sentence_transformers_snippet(model_id),
         citations=citations(method, settings),
+        matryoshka_dims=truncate_dims,
+        matryoshka_table=truncate_table,
     )
 
 

@@ -30,7 +30,7 @@ ROW_LABELS = {**RUN_LABELS, EVALUATED: "this model"}
 #: results.json keys the card reads (the rest, e.g. loss curves, stays out of the export)
 CARD_KEYS = (
     "source", "method", "model_name_or_path", "pooling", "sts_mode", "sick_split", "sts", "transfer", "mteb_sts",
-    "mteb_sts_seconds", "train", "recipe_settings", "training_data", "precision", "versions",
+    "mteb_sts_seconds", "train", "recipe_settings", "training_data", "precision", "versions", "sts_by_dim",
 )
 
 

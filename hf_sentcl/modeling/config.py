@@ -34,6 +34,8 @@ class SentenceEncoderConfig(PreTrainedConfig):
         unpadded: run BERT-family backbones padding-free (token-wise work on the real tokens only, see
             `hf_sentcl.modeling.unpadded`) in training and `encode`; same results as the padded forward up to fp32
             rounding. False always runs the backbone's own padded forward. Other backbones are always padded.
+        matryoshka_dims: the leading sizes of the embedding the encoder was trained to be used at (a recipe's
+            `matryoshka_dims`); evaluation scores each prefix and the export and its card state them.
     """
 
     model_type = "sentence_encoder"
@@ -48,6 +50,7 @@ class SentenceEncoderConfig(PreTrainedConfig):
     max_seq_length: int | None = None
     peft: dict | None = None
     unpadded: bool = True
+    matryoshka_dims: list[int] | None = None
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)

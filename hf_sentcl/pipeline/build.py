@@ -28,7 +28,7 @@ def build_encoder(recipe: Recipe) -> SentenceEncoder:
     load_kwargs = {"attn_implementation": args.attn_implementation} if args.attn_implementation else {}
     if args.dropout is not None:
         load_kwargs.update(dropout_overrides(args.model_name_or_path, args.dropout))
-    return SentenceEncoder.from_backbone(
+    encoder = SentenceEncoder.from_backbone(
         args.model_name_or_path,
         pooling=args.pooling,
         pooling_layer=args.pooling_layer,
@@ -40,6 +40,9 @@ def build_encoder(recipe: Recipe) -> SentenceEncoder:
         unpadded=args.unpadded,
         **load_kwargs,
     )
+    dims = recipe.training.matryoshka_dims
+    encoder.config.matryoshka_dims = sorted(dims, reverse=True) if dims else None  # scored before and after training
+    return encoder
 
 
 def build_train_dataset(recipe: Recipe, tokenizer) -> tuple[Dataset, int, Callable]:
