@@ -111,7 +111,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             for spec in whitening
         }
     if measured.sts_by_dim is not None:  # an encoder trained with matryoshka_dims: every smaller size too
-        results["sts_by_dim"] = {d: {k: round(v, 4) for k, v in scores.items()} for d, scores in measured.sts_by_dim.items()}
+        results["sts_by_dim"] = {
+            d: {k: round(v, 4) for k, v in scores.items()} for d, scores in measured.sts_by_dim.items()
+        }
     if measured.transfer is not None:
         results["transfer"] = {k: round(v, 4) for k, v in measured.transfer.items()}
         results["transfer_details"] = measured.transfer_details
