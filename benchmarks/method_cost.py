@@ -47,11 +47,16 @@ METHODS: dict[str, tuple[str, dict]] = {
     "clear": ("clear_minilm.yaml", {}),
 }
 BASELINE = "simcse"
+#: SimCSE with a plug-in, measured only when --methods names them
+PLUGINS: dict[str, tuple[str, dict]] = {
+    "simcse+mask": ("quickstart.yaml", {"false_negatives": "mask"}),
+    "simcse+matryoshka": ("quickstart.yaml", {"matryoshka_dims": [384, 256, 128, 64]}),
+}
 
 
 def method_recipe(name: str, args: argparse.Namespace, output_dir: str) -> Recipe:
     """The method's recipe with the cost-setting keys made equal across methods."""
-    recipe_file, own = METHODS[name]
+    recipe_file, own = {**METHODS, **PLUGINS}[name]
     common = dict(
         unlabeled_sts=None, train_file=args.train_file, max_train_samples=args.steps * args.batch_size,
         max_seq_length=args.max_seq_length, per_device_train_batch_size=args.batch_size, max_steps=args.steps,
@@ -64,7 +69,8 @@ def method_recipe(name: str, args: argparse.Namespace, output_dir: str) -> Recip
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--methods", default=",".join(METHODS), help=f"Comma-separated, from: {', '.join(METHODS)}.")
+    parser.add_argument("--methods", default=",".join(METHODS),
+                        help=f"Comma-separated, from: {', '.join([*METHODS, *PLUGINS])} (default: every method).")
     parser.add_argument("--train-file", default=None, help="Default: $HF_SENTCL_DATA/../wiki1m_subset.txt")
     parser.add_argument("--steps", type=int, default=20, help="Optimizer steps per run (the first is warm-up).")
     parser.add_argument("--batch-size", type=int, default=64)
@@ -79,9 +85,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--output", default=None, help="Also write every measurement as JSON here.")
     args = parser.parse_args(argv)
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    unknown = [m for m in args.methods if m not in METHODS]
+    unknown = [m for m in args.methods if m not in METHODS and m not in PLUGINS]
     if unknown:
-        raise SystemExit(f"--methods: unknown {unknown}; choose from {', '.join(METHODS)}.")
+        raise SystemExit(f"--methods: unknown {unknown}; choose from {', '.join([*METHODS, *PLUGINS])}.")
     if BASELINE not in args.methods:
         args.methods.insert(0, BASELINE)
     if args.steps < 2 or args.rounds < 1 or args.threads < 1:

@@ -55,11 +55,54 @@ def build_parser() -> argparse.ArgumentParser:
         help="SentEval-format directory or hf:// archive (default: $HF_SENTCL_DATA, else the Hub archive; "
         "`hf-sentcl data info` shows which).",
     )
+    parser.add_argument(
+        "--dims", type=parse_dims, default=None,
+        help="Comma-separated sizes: also score STS on the first d dimensions of each embedding (default: the sizes "
+        "the encoder was trained for with matryoshka_dims, if any).",
+    )
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--bf16", action="store_true", help="Encode under bf16 autocast.")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda if available).")
     parser.add_argument("--output", default=None, help="Write results JSON here (and a .md table beside it).")
     return parser
+
+
+def parse_dims(text: str) -> list[int]:
+    """The sizes of `--dims`; refused (exit 2, the option named) unless positive whole numbers."""
+    dims = split_commas(text)
+    if not dims or not all(d.isdigit() and int(d) > 0 for d in dims):
+        raise argparse.ArgumentTypeError(f"positive whole sizes separated by commas, e.g. 256,128,64; got '{text}'")
+    return [int(d) for d in dims]
+
+
+def results_json(args: argparse.Namespace, encoder, measured, suites: list[str], whitening) -> dict[str, Any]:
+    """What `--output` writes: the settings evaluated and every score, rounded to 4 decimals."""
+    results: dict[str, Any] = {
+        "model": args.model,
+        "pooling": encoder.config.active_pooling(training=False),
+        "pooling_layer": encoder.config.pooling_layer,
+        "tasks": suites,
+        "sts_mode": args.sts_mode,
+        "sick_split": args.sick_split,
+        "precision": "bf16" if args.bf16 else "fp32",
+        # STS scores stay top-level keys, as before transfer tasks existed
+        **{k: round(v, 4) for k, v in (measured.sts or {}).items()},
+    }
+    if measured.sts_whitened is not None:
+        results["whitened"] = {
+            spec.describe(): {"fit": spec.fit, "dims": spec.dims,
+                              **{k: round(v, 4) for k, v in measured.sts_whitened[spec.describe()].items()}}
+            for spec in whitening
+        }
+    if measured.sts_by_dim is not None:  # an encoder trained with matryoshka_dims: every smaller size too
+        results["sts_by_dim"] = {
+            d: {k: round(v, 4) for k, v in scores.items()} for d, scores in measured.sts_by_dim.items()
+        }
+    if measured.transfer is not None:
+        results["transfer"] = {k: round(v, 4) for k, v in measured.transfer.items()}
+        results["transfer_details"] = measured.transfer_details
+        results["kfold"] = args.kfold
+    return results
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -88,36 +131,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.pooling is not None:  # the pooling asked for is the one evaluated, whatever the encoder saved for eval
         overrides["inference_pooling"] = None
     encoder = SentenceEncoder.load(args.model, **overrides)
+    if args.dims:
+        encoder.config.matryoshka_dims = args.dims
     import torch
 
     encoder.to(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     measured = evaluation(encoder, batch_size=args.batch_size, bf16=args.bf16)
     pooling = encoder.config.active_pooling(training=False)
-    results: dict[str, Any] = {
-        "model": args.model,
-        "pooling": pooling,
-        "pooling_layer": encoder.config.pooling_layer,
-        "tasks": suites,
-        "sts_mode": args.sts_mode,
-        "sick_split": args.sick_split,
-        "precision": "bf16" if args.bf16 else "fp32",
-        # STS scores stay top-level keys, as before transfer tasks existed
-        **{k: round(v, 4) for k, v in (measured.sts or {}).items()},
-    }
-    if measured.sts_whitened is not None:
-        results["whitened"] = {
-            spec.describe(): {"fit": spec.fit, "dims": spec.dims,
-                              **{k: round(v, 4) for k, v in measured.sts_whitened[spec.describe()].items()}}
-            for spec in whitening
-        }
-    if measured.sts_by_dim is not None:  # an encoder trained with matryoshka_dims: every smaller size too
-        results["sts_by_dim"] = {
-            d: {k: round(v, 4) for k, v in scores.items()} for d, scores in measured.sts_by_dim.items()
-        }
-    if measured.transfer is not None:
-        results["transfer"] = {k: round(v, 4) for k, v in measured.transfer.items()}
-        results["transfer_details"] = measured.transfer_details
-        results["kfold"] = args.kfold
+    results = results_json(args, encoder, measured, suites, whitening)
     table = markdown_report({f"{args.model} ({pooling})": measured}, args.sts_mode)
     print(table)
     if args.output:

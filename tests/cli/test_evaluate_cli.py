@@ -90,3 +90,23 @@ def test_unknown_suite_or_task_returns_2(tiny_bert_dir, senteval_dir, capsys, fl
     """Unknown suites and STS task names exit 2 naming them."""
     assert main(["--model", str(tiny_bert_dir), "--data-dir", str(senteval_dir), flag, value]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_dims_scores_each_prefix(tmp_path, tiny_bert_dir, senteval_dir):
+    """--dims 16,8 adds the STS scores of the first 16 and 8 dimensions, equal to scoring those columns directly."""
+    results, output = evaluate(tmp_path, tiny_bert_dir, senteval_dir, "--dims", "16,8")
+    assert set(results["sts_by_dim"]) == {"16", "8"}
+    evaluator = STSEvaluator(senteval_dir, tasks=("STS12", "STSBenchmark"))
+    embeddings = evaluator.embed(SentenceEncoder.load(str(tiny_bert_dir)))
+    expected = evaluator.score(embeddings[:, :8])
+    assert results["sts_by_dim"]["8"]["STS12"] == pytest.approx(expected["STS12"], abs=1e-4)
+    assert results["sts_by_dim"]["8"]["STS12"] != pytest.approx(results["STS12"], abs=1e-3)
+    assert "first 8 dims" in output.with_suffix(".md").read_text()
+
+
+@pytest.mark.parametrize("value", ["16,x", "0", "-8"])
+def test_bad_dims_return_2(tiny_bert_dir, senteval_dir, capsys, value):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--model", str(tiny_bert_dir), "--data-dir", str(senteval_dir), f"--dims={value}"])
+    assert exit_.value.code == 2
+    assert "--dims" in capsys.readouterr().err
