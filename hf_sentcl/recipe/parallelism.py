@@ -161,11 +161,20 @@ def effective_parallelism(trainer) -> dict[str, Any]:
     }
 
 
-def describe_parallelism(parallelism: dict[str, Any]) -> str:
-    """One log line: 'Parallelism: 2 process(es), DDP (gloo on cpu), fp32, global batch 8 (4 per process)'."""
+def parallelism_summary(parallelism: dict[str, Any]) -> str:
+    """What a run trained on, in words (the log line and the model card): '2 processes, DDP (gloo on cpu), fp32,
+    global batch 8 (4 per process)', or '1 process (cpu), fp32, batch 8' for a single process."""
     p = parallelism
+    if p["strategy"] == "single process":
+        return f"1 process ({p['device']}), {p['precision']}, batch {p['global_train_batch_size']}"
     backend = f"{p['backend']} on {p['device']}" if p.get("backend") else p["device"]
+    processes = "1 process" if p["processes"] == 1 else f"{p['processes']} processes"
     return (
-        f"Parallelism: {p['processes']} process(es), {p['strategy']} ({backend}), {p['precision']}, global batch "
+        f"{processes}, {p['strategy']} ({backend}), {p['precision']}, global batch "
         f"{p['global_train_batch_size']} ({p['per_device_train_batch_size']} per process)"
     )
+
+
+def describe_parallelism(parallelism: dict[str, Any]) -> str:
+    """One log line: 'Parallelism: ' and `parallelism_summary`."""
+    return f"Parallelism: {parallelism_summary(parallelism)}"

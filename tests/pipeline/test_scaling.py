@@ -2,7 +2,7 @@
 
 - a sharded accelerate config on this CPU (fsdp.yaml) is refused before work, naming multi_cpu.yaml;
 - DDP trains when the recipe leaves modules unreached (pooling_layer below the last, cls_before_pooler + mlp head),
-  and the run states its effective parallelism in its log and results.json;
+  and the run states its effective parallelism in its log, results.json and model card;
 - per method: a 2-process run with a mid-run dev evaluation and checkpoint, resumed from that checkpoint, ends with
   the uninterrupted run's weights, and its export equals a 1-process run's with the same global batch and dropout 0.
 """
@@ -92,9 +92,11 @@ def test_ddp_trains_with_unreached_modules_and_states_its_parallelism(tmp_path, 
     result = launch(2, recipe, tmp_path / "out")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "| before training |" in result.stdout
-    assert "Parallelism: 2 process(es), DDP (gloo on cpu), fp32, global batch 4 (2 per process)" in result.stdout
+    stated = "2 processes, DDP (gloo on cpu), fp32, global batch 4 (2 per process)"
+    assert f"Parallelism: {stated}" in result.stdout
     parallelism = json.loads((tmp_path / "out" / "results.json").read_text())["parallelism"]
     assert parallelism["processes"] == 2 and parallelism["strategy"] == "DDP"
+    assert f"- **Parallelism:** {stated}." in (tmp_path / "out" / "export" / "README.md").read_text()  # the card
 
 
 METHODS = {
