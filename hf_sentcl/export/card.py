@@ -34,6 +34,7 @@ from hf_sentcl.export.results import CARD_KEYS, EVALUATED, ROW_LABELS, hub_model
 from hf_sentcl.export.snippets import sentence_transformers_snippet, transformers_snippet
 from hf_sentcl.methods import METHODS, PAPERS
 from hf_sentcl.recipe.metadata import library_versions
+from hf_sentcl.recipe.parallelism import parallelism_summary
 
 TEMPLATE = files("hf_sentcl") / "model_cards" / "sentence_encoder.md"
 
@@ -189,6 +190,7 @@ def render_model_card(
         transfer_table=_transfer_table(results.get("transfer"), ROW_LABELS),
         plots=[{"path": p, "caption": PLOT_CAPTIONS.get(Path(p).name, Path(p).stem.replace("_", " "))} for p in plots],
         precision=results.get("precision"),
+        parallelism=parallelism_summary(results["parallelism"]) if results.get("parallelism") else None,
         versions=results.get("versions") or library_versions(),
         transformers_snippet=transformers_snippet(plan, model_id),
         st_snippet=sentence_transformers_snippet(model_id),

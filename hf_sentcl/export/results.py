@@ -30,8 +30,16 @@ ROW_LABELS = {**RUN_LABELS, EVALUATED: "this model"}
 #: results.json keys the card reads (the rest, e.g. loss curves, stays out of the export)
 CARD_KEYS = (
     "source", "method", "model_name_or_path", "pooling", "sts_mode", "sick_split", "sts", "transfer", "mteb_sts",
-    "mteb_sts_seconds", "train", "recipe_settings", "training_data", "precision", "versions", "sts_by_dim",
+    "mteb_sts_seconds", "train", "recipe_settings", "training_data", "precision", "versions", "parallelism",
+    "sts_by_dim",
 )
+
+
+#: the keys of results.json's `parallelism` (`effective_parallelism`) the card states, with their types
+PARALLELISM_KEYS = {
+    "processes": int, "strategy": str, "device": str, "precision": str, "per_device_train_batch_size": int,
+    "global_train_batch_size": int,
+}
 
 
 # Published training corpora recognised by file name (train_file) -> their Hub dataset.
@@ -90,7 +98,20 @@ def _from_run(path: Path, raw: Mapping[str, Any]) -> dict[str, Any]:
             del results[key]
     if results.get("mteb_sts"):
         results["mteb_sts"] = _check_scores(path, "key 'mteb_sts'", results["mteb_sts"], STS_TASKS)
+    if "parallelism" in results:
+        _check_parallelism(path, results["parallelism"])
     return results
+
+
+def _check_parallelism(path: Path, parallelism: Any) -> None:
+    """ValueError naming the file and key when results.json's `parallelism` lacks what the card states."""
+    if not isinstance(parallelism, Mapping):
+        raise ValueError(f"Results file '{path}': key 'parallelism' should be an object, not {parallelism!r}.")
+    for key, kind in PARALLELISM_KEYS.items():
+        value = parallelism.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool) or (kind is int and value < 1):
+            expected = "a positive integer" if kind is int else "a string"
+            raise ValueError(f"Results file '{path}': key 'parallelism.{key}' should be {expected}, not {value!r}.")
 
 
 def load_results(path: str | os.PathLike) -> dict[str, Any]:

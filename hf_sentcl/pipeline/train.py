@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,7 +13,7 @@ from typing import Any
 import torch
 from datasets import Dataset
 from transformers import set_seed
-from transformers.integrations import is_deepspeed_zero3_enabled
+from transformers.integrations import is_deepspeed_zero3_enabled, set_hf_deepspeed_config, unset_hf_deepspeed_config
 
 from hf_sentcl.common.distributed import others_wait_for_main_process
 from hf_sentcl.common.layout import ADAPTER_DIRNAME
@@ -210,10 +212,34 @@ def final_encoder(stage: Stage) -> SentenceEncoder:
     evaluation precision follows eval_bf16), reloaded whole from output_dir when training sharded it."""
     trainer = stage.trainer
     if not stage.sharded:
-        return trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
-    encoder = load_saved_encoder(stage.args.output_dir)
+        encoder = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
+        # DeepSpeed's bf16/fp16 engines (ZeRO-2) hold the module itself in that dtype: evaluate and export it in fp32,
+        # as after every other run (the export's check compares fp32 loads with this encoder)
+        return encoder if next(encoder.parameters()).dtype == torch.float32 else encoder.float()
+    with without_zero3_init(trainer.accelerator):
+        encoder = load_saved_encoder(stage.args.output_dir)
     _check_trained(encoder, stage.dev_evaluator, stage.args)
     return encoder
+
+
+@contextmanager
+def without_zero3_init(accelerator) -> Iterator[None]:
+    """Models built inside load whole, not under `deepspeed.zero.Init`.
+
+    While a ZeRO-3 config is registered, transformers builds every model under `deepspeed.zero.Init`, which
+    partitions each weight across the process group as it is created; process 0's reload of the final encoder, alone,
+    would wait there for processes that have finished (gloo: 'Connection closed by peer'). The config of the
+    accelerator's DeepSpeed plugin (the one the Trainer registered) is registered again afterwards.
+    """
+    plugin = getattr(accelerator.state, "deepspeed_plugin", None)
+    if plugin is None or not is_deepspeed_zero3_enabled():
+        yield
+        return
+    unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        set_hf_deepspeed_config(plugin.hf_ds_config)
 
 
 def load_saved_encoder(output_dir: str | Path) -> SentenceEncoder:

@@ -3,8 +3,9 @@
 `check_topology(recipe)` refuses, before a model loads, the launches that would train differently from what the
 user asked for or hang:
 
-- a sharded accelerate config (FSDP, DeepSpeed) on a machine without accelerators: accelerate enables FSDP only for
-  accelerator devices, so `fsdp.yaml` on CPUs silently trains plain gloo DDP with whole weights on every process;
+- FSDP on a machine without accelerators: accelerate enables FSDP only for accelerator devices, so `fsdp.yaml` on
+  CPUs silently trains plain gloo DDP with whole weights on every process. DeepSpeed configs run there: DeepSpeed
+  falls back to its CPU accelerator (gloo without oneCCL) and shards as asked;
 - ConSERT's supervised modes under FSDP or ZeRO-3: its NLI classifier's weight is read outside any forward, where
   those configs leave it sharded (ZeRO-3 hands out an empty tensor);
 - LoRA under FSDP or ZeRO-3: adapters would be merged into sharded weights and saved from process 0's shard;
@@ -57,9 +58,10 @@ def has_accelerator() -> bool:
 
 
 def sharding_problem(args, accelerator: bool) -> str | None:
-    """Why the requested sharding cannot be honoured on this machine (None when it can, or none is requested)."""
+    """Why the requested sharding cannot be honoured on this machine (None when it can, or none is requested): FSDP
+    without an accelerator. DeepSpeed's ZeRO stages run on CPU processes too (DeepSpeed's CPU accelerator)."""
     sharding = requested_sharding(args)
-    if sharding is None or accelerator:
+    if sharding != "FSDP" or accelerator:
         return None
     return (
         f"the accelerate config asks for {sharding}, but this machine has no GPU (or other accelerator): accelerate "
@@ -161,11 +163,20 @@ def effective_parallelism(trainer) -> dict[str, Any]:
     }
 
 
-def describe_parallelism(parallelism: dict[str, Any]) -> str:
-    """One log line: 'Parallelism: 2 process(es), DDP (gloo on cpu), fp32, global batch 8 (4 per process)'."""
+def parallelism_summary(parallelism: dict[str, Any]) -> str:
+    """What a run trained on, in words (the log line and the model card): '2 processes, DDP (gloo on cpu), fp32,
+    global batch 8 (4 per process)', or '1 process (cpu), fp32, batch 8' for a single process."""
     p = parallelism
+    if p["strategy"] == "single process":
+        return f"1 process ({p['device']}), {p['precision']}, batch {p['global_train_batch_size']}"
     backend = f"{p['backend']} on {p['device']}" if p.get("backend") else p["device"]
+    processes = "1 process" if p["processes"] == 1 else f"{p['processes']} processes"
     return (
-        f"Parallelism: {p['processes']} process(es), {p['strategy']} ({backend}), {p['precision']}, global batch "
+        f"{processes}, {p['strategy']} ({backend}), {p['precision']}, global batch "
         f"{p['global_train_batch_size']} ({p['per_device_train_batch_size']} per process)"
     )
+
+
+def describe_parallelism(parallelism: dict[str, Any]) -> str:
+    """One log line: 'Parallelism: ' and `parallelism_summary`."""
+    return f"Parallelism: {parallelism_summary(parallelism)}"

@@ -253,6 +253,36 @@ def test_evaluate_output_feeds_the_card(tmp_path):
     assert "exported with hf_sentcl" in card.text and "unknown" not in card.text
 
 
+def parallelism(processes: int, strategy: str, backend: str | None, device: str, precision: str) -> dict:
+    """results.json's `parallelism`, in the shape `effective_parallelism` writes it (batch 32 per process)."""
+    return {"processes": processes, "strategy": strategy, "distributed_type": "MULTI_GPU", "backend": backend,
+            "device": device, "precision": precision, "per_device_train_batch_size": 32,
+            "global_train_batch_size": 32 * processes}
+
+
+@pytest.mark.parametrize(
+    "run, stated",
+    [
+        (parallelism(2, "FSDP2", "nccl", "cuda", "bf16"),
+         "2 processes, FSDP2 (nccl on cuda), bf16, global batch 64 (32 per process)"),
+        (parallelism(4, "DeepSpeed ZeRO-3", "nccl", "cuda", "fp16"),
+         "4 processes, DeepSpeed ZeRO-3 (nccl on cuda), fp16, global batch 128 (32 per process)"),
+        (parallelism(1, "single process", None, "cpu", "fp32"), "1 process (cpu), fp32, batch 32"),
+    ],
+)
+def test_card_states_the_parallelism_of_results_json(tmp_path, run, stated):
+    """The training details say what the run trained on, read from results.json through `load_results`."""
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(make_results(parallelism=run)))
+    text = write_model_card(tmp_path / "export", PLAN, load_results(path), repo_id="org/name").read_text()
+    training = text[text.index("## Training"):text.index("### Recipe settings")]
+    assert f"- **Parallelism:** {stated}.\n" in training
+
+
+def test_card_without_parallelism_leaves_the_line_out(card_path):
+    assert "Parallelism" not in card_path.read_text()  # results.json of a run that did not record it
+
+
 @pytest.mark.parametrize(
     "content, message",
     [
@@ -263,6 +293,8 @@ def test_evaluate_output_feeds_the_card(tmp_path):
         ('{"model": "m", "tasks": ["sts"], "MR": 70}', "holds none of the tasks STS12"),
         ('{"model": "m", "tasks": ["sts"], "STS12": NaN}', "not finite"),
         ('{"method": "simcse", "sts": {"after": {"STS12": "high"}}}', "not finite numbers"),
+        ('{"method": "simcse", "sts": {"after": {"STS12": 70}}, "parallelism": {"processes": 0}}',
+         r"'parallelism.processes' should be a positive integer, not 0"),
     ],
 )
 def test_unusable_results_files_are_refused(tmp_path, content, message):

@@ -2,11 +2,15 @@
 
 - a sharded accelerate config on this CPU (fsdp.yaml) is refused before work, naming multi_cpu.yaml;
 - DDP trains when the recipe leaves modules unreached (pooling_layer below the last, cls_before_pooler + mlp head),
-  and the run states its effective parallelism in its log and results.json;
+  and the run states its effective parallelism in its log, results.json and model card;
 - per method: a 2-process run with a mid-run dev evaluation and checkpoint, resumed from that checkpoint, ends with
-  the uninterrupted run's weights, and its export equals a 1-process run's with the same global batch and dropout 0.
+  the uninterrupted run's weights, and its export equals a 1-process run's with the same global batch and dropout 0;
+- the same for DeepSpeed ZeRO-2 and ZeRO-3 (deepspeed_zero*.yaml on DeepSpeed's CPU accelerator, gloo), where
+  deepspeed is installed; ZeRO-2's bf16 engine exports fp32; ConSERT's supervised modes train under ZeRO-2 and are
+  refused under ZeRO-3 before work.
 """
 
+import importlib.util
 import json
 import os
 import shutil
@@ -25,8 +29,11 @@ CONFIGS = REPO / "recipes" / "accelerate_configs"
 pytestmark = pytest.mark.slow
 
 
-def launch(processes: int, recipe: Path, output: Path, *extra: str, config: str = "multi_cpu.yaml", timeout=600):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(filter(None, [
+def launch(processes: int, recipe: Path, output: Path, *extra: str, config: str = "multi_cpu.yaml", timeout=600,
+           launcher: tuple[str, ...] = ()):
+    """Run the recipe in 1 process (`python -m hf_sentcl.run`) or several (`accelerate launch` with `config` and the
+    `launcher` options); DeepSpeed, where a config asks for it, uses its CPU accelerator."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu", "PYTHONPATH": os.pathsep.join(filter(None, [
         str(REPO), os.environ.get("PYTHONPATH")]))}
     for name in ("ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED", "ACCELERATE_MIXED_PRECISION"):
         env.pop(name, None)
@@ -34,7 +41,7 @@ def launch(processes: int, recipe: Path, output: Path, *extra: str, config: str 
         command = [sys.executable, "-m", "hf_sentcl.run"]
     else:
         command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CONFIGS / config),
-                   "--num_processes", str(processes), "-m", "hf_sentcl.run"]
+                   "--num_processes", str(processes), *launcher, "-m", "hf_sentcl.run"]
     return subprocess.run([*command, str(recipe), "--output_dir", str(output), *extra], capture_output=True,
                           text=True, env=env, timeout=timeout)
 
@@ -92,9 +99,11 @@ def test_ddp_trains_with_unreached_modules_and_states_its_parallelism(tmp_path, 
     result = launch(2, recipe, tmp_path / "out")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "| before training |" in result.stdout
-    assert "Parallelism: 2 process(es), DDP (gloo on cpu), fp32, global batch 4 (2 per process)" in result.stdout
+    stated = "2 processes, DDP (gloo on cpu), fp32, global batch 4 (2 per process)"
+    assert f"Parallelism: {stated}" in result.stdout
     parallelism = json.loads((tmp_path / "out" / "results.json").read_text())["parallelism"]
     assert parallelism["processes"] == 2 and parallelism["strategy"] == "DDP"
+    assert f"- **Parallelism:** {stated}." in (tmp_path / "out" / "export" / "README.md").read_text()  # the card
 
 
 METHODS = {
@@ -194,3 +203,91 @@ def test_plugins_on_two_processes_match_one_process(tmp_path, tiny_bert_dir, sen
     # on this repeated corpus plain SimCSE (no plug-in) differs by 1.3e-5 between 1 and 2 processes (Adam's steps
     # on rounding noise, see write_recipe); tests/trainers/test_distributed.py checks the gathered mask's order exactly
     assert single_diff <= 2e-5
+
+
+# ------------------------------------------------------------------------------------------------ DeepSpeed ZeRO
+requires_deepspeed = pytest.mark.skipif(
+    importlib.util.find_spec("deepspeed") is None,
+    reason="deepspeed is not installed (`pip install deepspeed`; not a dependency of hf_sentcl): the ZeRO configs "
+    "cannot be launched",
+)
+FP32 = ("--mixed_precision", "no")  # the ZeRO configs ask for bf16; fp32 engines compare exactly with 1 process
+
+
+@pytest.fixture(scope="module")
+def one_process_runs(tmp_path_factory, tiny_bert_dir, senteval_dir):
+    """Exports of 1-process runs (global batch 4, dropout 0) by method, trained once for the ZeRO comparisons."""
+    runs = {}
+
+    def export_of(method: str) -> dict[str, torch.Tensor]:
+        if method not in runs:
+            folder = tmp_path_factory.mktemp(f"one-process-{method}")
+            recipe = write_recipe(folder, tiny_bert_dir, senteval_dir, **METHODS[method])
+            result = launch(1, recipe, folder / "out")
+            assert result.returncode == 0, result.stderr[-3000:]
+            runs[method] = export_weights(folder / "out")
+        return runs[method]
+
+    return export_of
+
+
+@requires_deepspeed
+@pytest.mark.parametrize("config", ["deepspeed_zero2.yaml", "deepspeed_zero3.yaml"])
+def test_deepspeed_zero_resume_and_export_match_one_process(tmp_path, tiny_bert_dir, senteval_dir, one_process_runs,
+                                                            config):
+    """ZeRO-2/3 on 2 CPU processes: dev evaluation and checkpoint (global_step4/) at step 4 of 8, resumed = the
+    uninterrupted run, export = the 1-process run's (same global batch, dropout 0); ZeRO-3's final encoder is
+    reloaded on process 0 alone (it used to wait in deepspeed.zero.Init for the finished processes)."""
+    recipe = write_recipe(tmp_path, tiny_bert_dir, senteval_dir)
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    result = launch(2, recipe, full, config=config, launcher=FP32)
+    assert result.returncode == 0, result.stderr[-3000:]
+    stage = config[len("deepspeed_zero"):-len(".yaml")]
+    assert f"Parallelism: 2 processes, DeepSpeed ZeRO-{stage} (gloo on cpu), fp32" in result.stdout
+    assert (full / "checkpoint-4" / "global_step4").is_dir()
+    resumed.mkdir()
+    shutil.copytree(full / "checkpoint-4", resumed / "checkpoint-4")
+    result = launch(2, recipe, resumed, "--resume_from_checkpoint", "latest", config=config, launcher=FP32)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    trained, start = export_weights(full), load_file(Path(tiny_bert_dir) / "model.safetensors")
+    resume_diff, _ = compare(trained, export_weights(resumed))
+    single_diff, single_cos = compare(trained, one_process_runs("simcse"), start)
+    moved, _ = compare(trained, start)
+    print(f"\nZeRO-{stage}: resume max diff {resume_diff:.3g}; 1-process max diff {single_diff:.3g}, min update "
+          f"cosine {single_cos:.9f}; moved {moved:.3g}")
+    assert moved >= 1e-3
+    assert resume_diff <= 1e-6
+    assert single_diff <= 1e-5
+
+
+@requires_deepspeed
+def test_deepspeed_zero2_bf16_engine_exports_fp32(tmp_path, tiny_bert_dir, senteval_dir):
+    """ZeRO-2's bf16 engine holds the module itself in bf16; the final encoder is evaluated and exported in fp32
+    (the export's check used to fail: max |difference| 0.034 between the bf16 encoder and its fp32 loads)."""
+    recipe = write_recipe(tmp_path, tiny_bert_dir, senteval_dir, max_steps=2, save_strategy="no", eval_strategy="no")
+    result = launch(2, recipe, tmp_path / "out", config="deepspeed_zero2.yaml")  # the config's bf16
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["parallelism"]["strategy"] == "DeepSpeed ZeRO-2" and results["parallelism"]["precision"] == "bf16"
+    assert results["precision"]["weights"] == "float32"
+    assert {t.dtype for t in export_weights(tmp_path / "out").values()} == {torch.float32}
+
+
+@requires_deepspeed
+def test_consert_supervised_trains_under_zero2_and_is_refused_under_zero3(tmp_path, tiny_bert_dir, senteval_dir,
+                                                                           one_process_runs):
+    """ConSERT joint reads its NLI classifier's weight outside the forward: ZeRO-2 keeps weights whole (same export as
+    1 process); ZeRO-3 would hand out an empty tensor, so it is refused before any work, naming ZeRO-2."""
+    recipe = write_recipe(tmp_path, tiny_bert_dir, senteval_dir, **METHODS["consert_joint"])
+    refused = launch(2, recipe, tmp_path / "zero3", config="deepspeed_zero3.yaml", launcher=FP32, timeout=180)
+    assert refused.returncode != 0 and "exitcode  : 2" in refused.stderr
+    assert "cannot run under DeepSpeed ZeRO-3" in refused.stderr and "deepspeed_zero2.yaml" in refused.stderr
+    assert not (tmp_path / "zero3").exists()
+    result = launch(2, recipe, tmp_path / "zero2", config="deepspeed_zero2.yaml", launcher=FP32)
+    assert result.returncode == 0, result.stderr[-3000:]
+    trained, start = export_weights(tmp_path / "zero2"), load_file(Path(tiny_bert_dir) / "model.safetensors")
+    single_diff, _ = compare(trained, one_process_runs("consert_joint"))
+    moved, _ = compare(trained, start)
+    print(f"\nConSERT joint, ZeRO-2: 1-process max diff {single_diff:.3g}; moved {moved:.3g}")
+    assert moved >= 1e-3 and single_diff <= 1e-5

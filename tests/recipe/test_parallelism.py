@@ -36,18 +36,33 @@ def fake_recipe(method="simcse", world_size=1, eval_tasks=(), use_cpu=True, even
                            data=SimpleNamespace(eval_tasks=list(eval_tasks)))
 
 
-@pytest.mark.parametrize("env", [{"ACCELERATE_USE_FSDP": "true"},
-                                 {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3"}])
-def test_sharded_config_without_accelerator_is_refused_naming_multi_cpu(monkeypatch, env):
-    """Finding 0: accelerate runs FSDP/DeepSpeed configs as plain DDP on CPUs; the run says so and names the config."""
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
+def test_fsdp_without_accelerator_is_refused_naming_multi_cpu(monkeypatch):
+    """Finding 0: accelerate runs FSDP configs as plain DDP on CPUs; the run says so and names the config."""
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
     problem = sharding_problem(fake_recipe().training, accelerator=False)
-    assert "multi_cpu.yaml" in problem and ("FSDP" in problem or "ZeRO-3" in problem)
+    assert "multi_cpu.yaml" in problem and "FSDP" in problem
     assert sharding_problem(fake_recipe().training, accelerator=True) is None
     monkeypatch.setattr(parallelism, "has_accelerator", lambda: False)
     with pytest.raises(RecipeError, match="multi_cpu.yaml"):
         check_topology(fake_recipe())
+
+
+@pytest.mark.parametrize("stage", ["2", "3"])
+def test_deepspeed_without_accelerator_runs_but_method_refusals_hold(monkeypatch, stage):
+    """DeepSpeed shards on CPU processes (its CPU accelerator; tests/pipeline/test_scaling.py trains ZeRO-2/3 there),
+    so only the method's own refusals (ConSERT's classifier, LoRA under ZeRO-3) apply."""
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", stage)
+    monkeypatch.setattr(parallelism, "has_accelerator", lambda: False)
+    assert sharding_problem(fake_recipe().training, accelerator=False) is None
+    check_topology(fake_recipe())
+    consert = fake_recipe("consert", supervised_mode="joint")
+    if stage == "3":
+        with pytest.raises(RecipeError, match="r.yaml: method consert with supervised_mode 'joint' cannot run under "
+                                              "DeepSpeed ZeRO-3"):
+            check_topology(consert)
+    else:
+        check_topology(consert)
 
 
 def test_no_sharding_requested_passes():
