@@ -137,6 +137,14 @@ def build_card_data(results: Mapping[str, Any], model_name: str) -> ModelCardDat
     )
 
 
+def _sts_table(results: Mapping[str, Any]) -> str | None:
+    """The markdown STS table of the results' "sts" rows (None without them)."""
+    sts = results.get("sts") or {}
+    if not sts:
+        return None
+    return sts_markdown_table({ROW_LABELS.get(k, k): v for k, v in sts.items()}, results.get("sts_mode", "all"))
+
+
 def render_model_card(
     plan: ExportPlan,
     results: Mapping[str, Any],
@@ -155,11 +163,6 @@ def render_model_card(
     model_name = model_name or (repo_id or model_id).rstrip("/").split("/")[-1]
     method = results.get("method")
     settings = results.get("recipe_settings") or {}
-    sts = results.get("sts") or {}
-    sts_table = (
-        sts_markdown_table({ROW_LABELS.get(k, k): v for k, v in sts.items()}, results.get("sts_mode", "all"))
-        if sts else None
-    )
     mteb_scores = results.get("mteb_sts")
     train = results.get("train") or {}
     history = train.get("dev_curve") or []
@@ -183,7 +186,7 @@ def render_model_card(
         train=train,
         dev_table=dev_curve_table(history),
         num_dev_evaluations=len(history),
-        sts_table=sts_table,
+        sts_table=_sts_table(results),
         sick_split=results.get("sick_split", "test"),
         mteb_table=_mteb_markdown_table(mteb_scores, ROW_LABELS["after" if train else EVALUATED])
         if mteb_scores else None,
