@@ -17,6 +17,7 @@ from hf_sentcl.export.bundle import (
     find_results,
     load_checkpoint,
 )
+from hf_sentcl.export.mteb_meta import MODEL_META_MODULE, check_license
 from hf_sentcl.export.plan import ExportError
 from hf_sentcl.export.results import load_results
 from hf_sentcl.export.verify import PROBE_SENTENCES
@@ -46,6 +47,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--mteb-results", default=None,
         help="Also write MTEB result files (results/ORG__NAME/REVISION/*.json, needs mteb) under this folder.",
+    )
+    parser.add_argument(
+        "--license", default=None,
+        help="License of the model (a Hub license id, e.g. apache-2.0) for the ModelMeta in --mteb-results.",
+    )
+    parser.add_argument(
+        "--training-code-url", default=None,
+        help="Public URL of the code that trained the model, for the ModelMeta in --mteb-results (default: none).",
     )
     parser.add_argument("--data-dir", default=None,
                         help="SentEval data for the MTEB-protocol scores when the results lack them.")
@@ -89,6 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         results = load_results(results_path) if results_path else {}
         if args.mteb_results and not mteb_available():
             raise ExportError(f"--mteb-results needs the mteb package: {INSTALL_HINT}.")
+        if args.mteb_results and args.license:
+            check_license(args.license)
         check_export_target(args.out, args.overwrite)
         probes = read_probe_sentences(args.probe_file, args.probe_count) if args.probe_file else PROBE_SENTENCES
         score_mteb = (bool(results.get("sts")) or bool(args.mteb_results)) and not results.get("mteb_sts")
@@ -109,7 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             plots_from=results_path.parent if results_path and results.get("source") != "evaluate" else None,
         )
         mteb_folder = (
-            export_mteb_results(args.mteb_results, results, args.out, plan, args.repo_id) if args.mteb_results else None
+            export_mteb_results(args.mteb_results, results, args.out, plan, args.repo_id, license_id=args.license,
+                                training_code=args.training_code_url) if args.mteb_results else None
         )
     except (ExportError, FileNotFoundError, ValueError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -121,6 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"Model card: {Path(args.out) / 'README.md'}" + ("" if results else " (no results file: no result tables)"))
     if mteb_folder:
         print(f"MTEB results (checked with mteb's loaders): {mteb_folder}")
+        print(f"ModelMeta for mteb's model registry (imported with mteb, equal to model_meta.json): "
+              f"{Path(args.mteb_results) / MODEL_META_MODULE}")
     if adapter:
         print(f"LoRA adapter: {adapter}")
     return 0

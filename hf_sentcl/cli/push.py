@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hf_sentcl.common.logs import setup_logging
+from hf_sentcl.export.mteb_meta import MODEL_META_MODULE
 from hf_sentcl.export.publish import carded_for, push_export, usage_snippets
 from hf_sentcl.hub.upload import HubApi, HubError, check_repo_id, format_upload_plan, upload_plan
 
@@ -55,4 +56,5 @@ def main(argv: Sequence[str] | None = None, api: HubApi | None = None) -> int:
     print(f"Uploaded {len(result.files)} files to {target}: {result.url}")
     if mteb_folder is not None:
         print(f"MTEB results filed under the pushed commit: {mteb_folder}")
+        print(f"ModelMeta for mteb's model registry, with that revision: {Path(args.mteb_results) / MODEL_META_MODULE}")
     return 0

@@ -13,10 +13,10 @@ from transformers import AutoConfig
 from hf_sentcl.common.layout import EXPORT_DIRNAME, MTEB_RESULTS_DIRNAME
 from hf_sentcl.evaluation.mteb import INSTALL_HINT, MtebScores, mteb_available
 from hf_sentcl.evaluation.plots import PLOTS_DIRNAME
-from hf_sentcl.export.card import hub_model_id, write_model_card
+from hf_sentcl.export.card import hub_model_id, matryoshka_table, write_model_card
 from hf_sentcl.export.mteb_files import write_mteb_results
 from hf_sentcl.export.plan import ExportError, ExportPlan
-from hf_sentcl.export.results import mteb_training_tasks
+from hf_sentcl.export.results import mteb_training_tasks, training_datasets
 from hf_sentcl.export.verify import PROBE_SENTENCES, verify_export
 from hf_sentcl.export.writer import staged_export, write_export
 from hf_sentcl.modeling import POOLING_MODES, SentenceEncoder, SentenceEncoderConfig
@@ -44,16 +44,26 @@ def export_name(out_dir: str | Path, repo_id: str | None) -> str:
 
 
 def export_mteb_results(
-    root: str | Path, results: dict[str, Any], export_dir: str | Path, plan: ExportPlan, repo_id: str | None
+    root: str | Path,
+    results: dict[str, Any],
+    export_dir: str | Path,
+    plan: ExportPlan,
+    repo_id: str | None,
+    *,
+    license_id: str | None = None,
+    training_code: str | None = None,
 ) -> Path | None:
-    """Write the results' MTEB-protocol scores as MTEB result files under `root`; None when there are none."""
+    """Write the results' MTEB-protocol scores as MTEB result files under `root`, with the ModelMeta module for
+    mteb's registry (Matryoshka sizes, training data and base model from `results`); None when there are none."""
     scores = MtebScores.from_results(results)
     if scores is None:
         return None
+    dims, _table = matryoshka_table(results)  # the sizes the card reports the model was trained to be cut to
     return write_mteb_results(
         root, scores, name=export_name(export_dir, repo_id), export_dir=export_dir, max_tokens=plan.max_seq_length,
-        embed_dim=plan.hidden_size, adapted_from=hub_model_id(results.get("model_name_or_path")),
-        training_tasks=mteb_training_tasks(results),
+        embed_dim=[plan.hidden_size, *dims] if dims else plan.hidden_size,
+        adapted_from=hub_model_id(results.get("model_name_or_path")), training_tasks=mteb_training_tasks(results),
+        training_data=training_datasets(results), license_id=license_id, training_code=training_code,
     )
 
 

@@ -1,4 +1,5 @@
-"""Result files in the layout of MTEB's results repository, written and reloaded with mteb's own classes."""
+"""Result files in the layout of MTEB's results repository and the ModelMeta module for mteb's model registry,
+written and reloaded with mteb's own classes."""
 
 from __future__ import annotations
 
@@ -6,8 +7,7 @@ import datetime
 import os
 import shutil
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from hf_sentcl.evaluation.mteb import (
     INSTALL_HINT,
@@ -17,7 +17,19 @@ from hf_sentcl.evaluation.mteb import (
     MtebScores,
     mteb_available,
 )
-from hf_sentcl.evaluation.report import read_json, write_json
+from hf_sentcl.evaluation.report import write_json
+from hf_sentcl.export.mteb_meta import (
+    MODEL_META_JSON,
+    MODEL_META_MODULE,
+    build_model_meta,
+    check_model_meta_module,
+    import_model_meta,
+    meta_record,
+    render_model_meta,
+)
+
+if TYPE_CHECKING:
+    from mteb.models import ModelMeta
 
 
 def model_folder_name(name: str) -> str:
@@ -25,36 +37,21 @@ def model_folder_name(name: str) -> str:
     return name.replace("/", "__")
 
 
-def parameter_count(export_dir: str | os.PathLike) -> tuple[int, float]:
-    """Parameters stored in an export's safetensors files (backbone and modules) and their size in MiB."""
-    from safetensors import safe_open
-
-    count, size = 0, 0
-    for path in Path(export_dir).rglob("*.safetensors"):
-        with safe_open(str(path), framework="pt") as f:
-            for name in f.keys():
-                count += int(np.prod(f.get_slice(name).get_shape()))
-        size += path.stat().st_size
-    return count, round(size / 2**20, 1)
-
-
 def write_mteb_results(
     root: str | os.PathLike,
     scores: MtebScores,
     *,
     name: str,
-    export_dir: str | os.PathLike,
-    max_tokens: int,
-    embed_dim: int,
     revision: str = NO_REVISION,
-    adapted_from: str | None = None,
-    training_tasks: set[str] | None = None,
+    **meta: Any,
 ) -> Path:
-    """Write `ROOT/results/<ORG__NAME>/<revision>/{TASK}.json` and `model_meta.json` with mteb's classes; return
-    the revision folder after every file was reloaded with mteb's own loaders.
+    """Write `ROOT/results/<ORG__NAME>/<revision>/{TASK}.json` and `model_meta.json` with mteb's classes, and
+    `ROOT/model_meta.py` (the entry for mteb's model registry) from the same `ModelMeta`; return the revision
+    folder once `check_mteb_submission` accepted it all.
 
     `name` is the Hub id (ORG/NAME) the files are for; `revision` the pushed commit (until a push, mteb's
-    `no_revision_available`). `training_tasks` names the MTEB tasks whose texts the model was trained on.
+    `no_revision_available`); `meta` holds `build_model_meta`'s keywords (`export_dir`, `max_tokens`,
+    `embed_dim`, `training_tasks`: the MTEB tasks whose texts the model was trained on, `license_id`, ...).
     """
     if not mteb_available():
         raise ModuleNotFoundError(f"Writing MTEB result files needs the mteb package: {INSTALL_HINT}.")
@@ -64,12 +61,8 @@ def write_mteb_results(
     folder.mkdir(parents=True)
     today = datetime.datetime.now(datetime.timezone.utc)
     write_task_results(folder, scores, today)
-    meta = model_meta(
-        name, revision, today, export_dir,
-        max_tokens=max_tokens, embed_dim=embed_dim, adapted_from=adapted_from, training_tasks=training_tasks,
-    )
-    write_json(folder / "model_meta.json", meta.to_dict(), default=str)
-    check_mteb_folder(folder)
+    write_model_meta(folder, build_model_meta(name, revision, today, **meta))
+    check_mteb_submission(folder)
     return folder
 
 
@@ -91,49 +84,21 @@ def write_task_results(folder: Path, scores: MtebScores, date: datetime.datetime
         write_json(folder / f"{task_name}.json", {**result.to_dict(), "date": date.timestamp()})
 
 
-def model_meta(
-    name: str,
-    revision: str,
-    date: datetime.datetime,
-    export_dir: str | os.PathLike,
-    *,
-    max_tokens: int,
-    embed_dim: int,
-    adapted_from: str | None,
-    training_tasks: set[str] | None,
-):
-    """mteb's `ModelMeta` of the exported model: size and memory read from its weights, cosine similarity."""
-    from mteb.models import ModelMeta
-
-    n_parameters, memory_mb = parameter_count(export_dir)
-    return ModelMeta(
-        loader=None,  # mteb saves a loader as its name, which ModelMeta.model_validate rejects on reading
-        name=name,
-        revision=revision,
-        release_date=date.date().isoformat(),
-        languages=["eng-Latn"],
-        n_parameters=n_parameters,
-        memory_usage_mb=memory_mb,
-        max_tokens=max_tokens,
-        embed_dim=embed_dim,
-        license=None,
-        open_weights=True,
-        public_training_code=None,
-        public_training_data=None,
-        framework=["Sentence Transformers", "PyTorch"],
-        reference=f"https://huggingface.co/{name}",
-        similarity_fn_name="cosine",
-        use_instructions=False,
-        training_datasets=training_tasks,
-        adapted_from=adapted_from,
-    )
+def write_model_meta(folder: str | os.PathLike, meta: ModelMeta) -> Path:
+    """Write `meta` as the revision folder's `model_meta.json` and as `model_meta.py` at the root above
+    `results/` (kept out of the folder that is copied into the results repository). Returns the module's path."""
+    folder = Path(folder)
+    write_json(folder / MODEL_META_JSON, meta_record(meta))
+    module = folder.parents[2] / MODEL_META_MODULE
+    module.write_text(render_model_meta(meta), encoding="utf-8")
+    return module
 
 
 def check_mteb_folder(folder: str | os.PathLike) -> list[str]:
     """Load every file of a revision folder with mteb's loaders; ValueError naming the first file they reject.
 
-    Returns the task names found. (`TaskResult.from_disk` for task files, `ModelMeta.model_validate` for
-    `model_meta.json`, as the results repository's checks do.)
+    Returns the task names found. (`TaskResult.from_disk` for task files, `ModelMeta.model_validate_json_resolved`
+    for `model_meta.json`: mteb saves the loader by its name, which that method resolves in mteb's registry.)
     """
     from mteb.models import ModelMeta
     from mteb.results import TaskResult
@@ -142,34 +107,64 @@ def check_mteb_folder(folder: str | os.PathLike) -> list[str]:
     tasks = []
     for path in sorted(folder.glob("*.json")):
         try:
-            if path.name == "model_meta.json":
-                ModelMeta.model_validate(read_json(path))
+            if path.name == MODEL_META_JSON:
+                ModelMeta.model_validate_json_resolved(path.read_text(encoding="utf-8"))
             else:
                 tasks.append(TaskResult.from_disk(path).task_name)
         except Exception as err:  # pydantic's ValidationError, JSON errors: all mean "mteb rejects this file"
             raise ValueError(f"mteb rejects '{path}': {err}") from None
-    if not (folder / "model_meta.json").is_file():
-        raise ValueError(f"'{folder}' has no model_meta.json.")
+    if not (folder / MODEL_META_JSON).is_file():
+        raise ValueError(f"'{folder}' has no {MODEL_META_JSON}.")
     return tasks
+
+
+def check_mteb_submission(folder: str | os.PathLike) -> tuple[ModelMeta, list[str]]:
+    """Check both halves of a leaderboard submission: the results `folder` loads with mteb's loaders, the
+    `model_meta.py` beside `results/` imports as the `ModelMeta` of `model_meta.json`, and mteb's `ResultCache`
+    (how the leaderboard reads the results repository) finds every task file under that ModelMeta's name and
+    revision. Returns the ModelMeta and the task names; ValueError naming the file on any mismatch."""
+    from mteb import ResultCache
+
+    folder = Path(folder)
+    root = folder.parents[2]
+    tasks = sorted(check_mteb_folder(folder))
+    meta = check_model_meta_module(root / MODEL_META_MODULE, folder / MODEL_META_JSON)
+    loaded = ResultCache(root).load_results(models=[meta], include_remote=False, validate_and_filter=True)
+    found = sorted(t.task_name for model in loaded.model_results for t in model.task_results)
+    if found != tasks:
+        raise ValueError(
+            f"mteb's ResultCache finds tasks {found} under '{root}' for {meta.name} at revision {meta.revision}, "
+            f"but '{folder}' holds {tasks}: its folder names must be the ModelMeta's name and revision."
+        )
+    return meta, tasks
 
 
 def find_model_folder(root: str | os.PathLike) -> Path:
     """The one `results/ORG__NAME/REVISION` folder under `root` (as written by `write_mteb_results`)."""
-    folders = sorted(p.parent for p in Path(root).glob(f"{RESULTS_DIRNAME}/*/*/model_meta.json"))
+    folders = sorted(p.parent for p in Path(root).glob(f"{RESULTS_DIRNAME}/*/*/{MODEL_META_JSON}"))
     if len(folders) != 1:
         raise ValueError(
-            f"'{root}' should hold exactly one {RESULTS_DIRNAME}/ORG__NAME/REVISION/model_meta.json (found "
+            f"'{root}' should hold exactly one {RESULTS_DIRNAME}/ORG__NAME/REVISION/{MODEL_META_JSON} (found "
             f"{len(folders)}); pass the folder given to `export --mteb-results`."
         )
     return folders[0]
 
 
 def rekey_mteb_results(root: str | os.PathLike, repo_id: str, revision: str) -> Path:
-    """After a push: move the results under `root` to `results/<ORG__NAME of repo_id>/<revision>/`, with the
-    name, revision and reference of `model_meta.json` updated, and check them with mteb again."""
+    """After a push: move the results under `root` to `results/<ORG__NAME of repo_id>/<revision>/` and write
+    `model_meta.json` and `model_meta.py` again with that name, revision and reference; check them with mteb."""
+    from mteb.models import ModelMeta
+    from mteb.models.sentence_transformer_wrapper import SentenceTransformerEncoderWrapper
+
     old = find_model_folder(root)
-    meta = read_json(old / "model_meta.json")
-    meta.update(name=repo_id, revision=revision, reference=f"https://huggingface.co/{repo_id}")
+    module = Path(root) / MODEL_META_MODULE
+    meta = (  # an export written before model_meta.py existed has only the JSON
+        import_model_meta(module) if module.is_file()
+        else ModelMeta.model_validate_json_resolved((old / MODEL_META_JSON).read_text(encoding="utf-8"))
+    ).model_copy(update=dict(
+        name=repo_id, revision=revision, reference=f"https://huggingface.co/{repo_id}",
+        loader=SentenceTransformerEncoderWrapper,
+    ))
     new = Path(root) / RESULTS_DIRNAME / model_folder_name(repo_id) / revision
     if new != old:
         if new.exists():
@@ -178,6 +173,6 @@ def rekey_mteb_results(root: str | os.PathLike, repo_id: str, revision: str) -> 
         shutil.move(str(old), str(new))
         if not any(old.parent.iterdir()):
             old.parent.rmdir()
-    write_json(new / "model_meta.json", meta)
-    check_mteb_folder(new)
+    write_model_meta(new, meta)
+    check_mteb_submission(new)
     return new

@@ -305,7 +305,7 @@ def test_cli_from_evaluate_output_with_mteb_files(tiny_bert_dir, senteval_dir, t
     assert len(files) == 8
     for path in files:
         if path.name == "model_meta.json":
-            assert ModelMeta.model_validate(json.loads(path.read_text())).name == "org/name"
+            assert ModelMeta.model_validate_json_resolved(path.read_text()).name == "org/name"
         else:
             result = TaskResult.from_disk(path)
             assert result.mteb_version == mteb.__version__ and result.evaluation_time > 0

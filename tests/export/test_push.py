@@ -161,12 +161,18 @@ def test_push_renders_the_card_for_its_repo_and_files_mteb_results(export_dir, t
     api = RecordingApi()
     assert main([str(export_dir), "--repo-id", "my-org/encoder", "--mteb-results", str(mt)], api=api) == 0
     assert 'SentenceTransformer("my-org/encoder")' in api.card and 'model_id = "my-org/encoder"' in api.card
-    assert "\n# encoder\n" in api.card and "do not load" not in capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert "\n# encoder\n" in api.card and "do not load" not in captured.err
     assert (export_dir / "README.md").read_text() == local_card
     folder = mt / "results" / "my-org__encoder" / COMMIT
     assert sorted(p.parent for p in mt.rglob("model_meta.json")) == [folder]
     assert len(check_mteb_folder(folder)) == 7
     assert json.loads((folder / "model_meta.json").read_text())["revision"] == COMMIT
+    # the ModelMeta for mteb's registry is written again for the pushed repository and commit
+    module = (mt / "model_meta.py").read_text()
+    assert f"revision='{COMMIT}'," in module and "name='my-org/encoder'," in module
+    assert "\nmy_org__encoder = ModelMeta(" in module and "hf_sentcl" not in module.split('"""', 2)[2]
+    assert f"ModelMeta for mteb's model registry, with that revision: {mt / 'model_meta.py'}" in captured.out
 
 
 def test_recipe_hub_settings_checked_before_training(tmp_path, monkeypatch, repo_root):
