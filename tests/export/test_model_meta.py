@@ -106,6 +106,10 @@ def test_rekey_writes_the_pushed_revision_into_the_module(exported):
     assert "\norg__pushed = ModelMeta(\n" in (root / "model_meta.py").read_text()
     assert meta.embed_dim == [8, 16, 32] and meta.license == "apache-2.0"  # what only the module keeps survives
     assert check_mteb_submission(moved)[0] == meta
+    (root / "model_meta.py").unlink()  # results written before model_meta.py existed: rebuilt from the JSON
+    rekey_mteb_results(root, "org/pushed", "4567cdef" * 5)
+    meta = import_model_meta(root / "model_meta.py")
+    assert meta.revision == "4567cdef" * 5 and meta.loader is SentenceTransformerEncoderWrapper
 
 
 def test_cli_refuses_an_unknown_license_before_exporting(tiny_bert_dir, tmp_path, capsys):
