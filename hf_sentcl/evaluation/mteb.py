@@ -89,7 +89,7 @@ def mteb_sts_scores(
         evaluator = STSEvaluator(data_dir, tasks=(task,), mode="all", sick_split="all")
         start = time.perf_counter()
         scores[task] = evaluator(encoder, batch_size=batch_size, bf16=bf16)[task]
-        seconds[task] = round(time.perf_counter() - start, 3)
+        seconds[task] = round(time.perf_counter() - start, 6)
     bad = {task: value for task, value in scores.items() if not math.isfinite(value)}
     if bad:
         raise ValueError(f"MTEB-protocol STS scores are not finite: {bad}; the encoder's embeddings are unusable.")
