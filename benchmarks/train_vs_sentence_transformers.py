@@ -16,7 +16,8 @@ does) is printed below the table.
 
 Both sides train the embedded all-MiniLM-L6-v2 on the same first `--train-samples` (4,096) sentences of the
 Wikipedia subset (`$HF_SENTCL_DATA/../wiki1m_subset.txt` or `--train-file`) for one epoch: batch 64, max_len 32,
-tau 0.05, lr 3e-5, the same seed, no evaluation or saving during training, in fp32 and in bf16 (CPU autocast).
+tau 0.05, lr 3e-5, the same seed, no evaluation or saving during training, in fp32 and in bf16 (CPU autocast; with
+`--device cuda` both run on the first GPU, bf16 as CUDA autocast, peak memory as torch's peak allocation).
 
 - hf_sentcl: `SimCSETrainer` built the way `hf_sentcl.run` builds it (recipe -> encoder, pre-tokenised dataset,
   collator), with `pooling: mean, head: none` (MiniLM's own pooling, no projection head).
@@ -89,6 +90,7 @@ def hf_recipe(args: argparse.Namespace, bf16: bool, overrides: dict, output_dir:
         output_dir=output_dir, per_device_train_batch_size=args.batch_size, learning_rate=args.learning_rate,
         num_train_epochs=1, seed=args.seed, bf16=bf16, eval_strategy="no", save_strategy="no",
         load_best_model_at_end=False, logging_steps=args.logging_steps, disable_tqdm=True, eval_tasks=[],
+        use_cpu=args.device == "cpu",
     )
     return parse_recipe(None, **{**settings, **overrides})
 
@@ -101,12 +103,12 @@ def build_hf(args: argparse.Namespace, bf16: bool, overrides: dict, output_dir: 
 def build_st(args: argparse.Namespace, bf16: bool, sentences: list[str], output_dir: str):
     """(trainer, model) of sentence-transformers: MultipleNegativesRankingLoss on (s, s) pairs."""
     set_seed(args.seed)
-    model = SentenceTransformer(resolve_model_name(args.model), device="cpu")
+    model = SentenceTransformer(resolve_model_name(args.model), device=args.device)
     model.max_seq_length = args.max_seq_length
     training_args = SentenceTransformerTrainingArguments(
         output_dir=output_dir, per_device_train_batch_size=args.batch_size, learning_rate=args.learning_rate,
         num_train_epochs=1, seed=args.seed, bf16=bf16, eval_strategy="no", save_strategy="no",
-        logging_steps=args.logging_steps, disable_tqdm=True, report_to="none", use_cpu=True,
+        logging_steps=args.logging_steps, disable_tqdm=True, report_to="none", use_cpu=args.device == "cpu",
     )
     trainer = SentenceTransformerTrainer(
         model=model, args=training_args, train_dataset=Dataset.from_dict({"anchor": sentences, "positive": sentences}),
@@ -210,6 +212,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="Measure the fp32 GEMM rate at the encoder's shapes and report each step's share of it.")
     parser.add_argument("--profile", action="store_true",
                         help="Profile one training step of each configuration (per precision) instead of timing runs.")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cuda: both trainers on the first GPU (peak memory: torch's peak allocation; no GEMM "
+                             "share; bf16 is CUDA autocast).")
     parser.add_argument("--output", default=None, help="Also write every measurement as JSON here.")
     args = parser.parse_args(argv)
     if args.train_file is None:
@@ -218,6 +223,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = [p for p in args.precisions if p not in ("fp32", "bf16")]
     if unknown or not args.precisions:
         raise SystemExit(f"--precisions: use fp32 and/or bf16, got {args.precisions}.")
+    if args.device == "cuda":
+        if not torch.cuda.is_available():
+            raise SystemExit("--device cuda: no CUDA device here.")
+        args.gemm = False  # the GEMM share is a CPU figure (fp32 GEMM rate of this machine's cores)
     if args.rounds < 1 or args.threads < 1:
         raise SystemExit("--rounds and --threads must be at least 1.")
     return args
@@ -256,8 +265,9 @@ def benchmark(args: argparse.Namespace, workdir: str) -> int:
         variants = {f"{HF}+padded": {"unpadded": False}, **variants}
     probe = hf_recipe(args, False, {}, "unused")
     sentences = load_training_dataset(probe.data, ("text",))["text"]
-    print(f"{len(sentences)} training sentences from {args.train_file}; torch threads {torch.get_num_threads()}; "
-          f"CPU {torch.backends.cpu.get_cpu_capability()}; bf16 kernels "
+    device = torch.cuda.get_device_name(0) if args.device == "cuda" else "CPU"
+    print(f"{len(sentences)} training sentences from {args.train_file}; device {device}; torch threads "
+          f"{torch.get_num_threads()}; CPU {torch.backends.cpu.get_cpu_capability()}; CPU bf16 kernels "
           f"{torch.ops.mkldnn._is_mkldnn_bf16_supported()}", flush=True)
     if args.profile:
         report = {"profile": profile_all(args, variants, sentences, workdir)}
