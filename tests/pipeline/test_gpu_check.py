@@ -68,3 +68,19 @@ def test_missing_packages_are_installed_from_carried_wheels(tmp_path, monkeypatc
     found = subprocess.run([sys.executable, "-c", "import hfsentcl_probe_pkg as p; print(p.VALUE)"],
                            capture_output=True, text=True, check=True)
     assert found.stdout.strip() == "42"
+
+
+def test_host_sync_rule_allows_one_per_step_after_the_first():
+    """transformers' SDPA mask check reads the host once per forward; more than that in any step after the first
+    (warm-up) fails the check, and the note names the steps above one and where their syncs came from."""
+    from types import SimpleNamespace
+
+    gpu_check = load_script()
+    trainer = SimpleNamespace(state=SimpleNamespace(global_step=3, log_history=[{"loss": 1.0}]),
+                              training_cost=lambda: {"train_step_seconds": 0.01})
+    warm_up = [["a.py:1", "masking_utils.py:354"], ["masking_utils.py:354"], ["masking_utils.py:354"]]
+    result = gpu_check.host_sync_outcome(trainer, 3, warm_up)
+    assert result["ok"] and "step 0: a.py:1, masking_utils.py:354" in result["note"]
+    later = [["masking_utils.py:354"], ["masking_utils.py:354", "base.py:9"], []]
+    result = gpu_check.host_sync_outcome(trainer, 3, later)
+    assert not result["ok"] and "step 1: base.py:9, masking_utils.py:354" in result["note"]
