@@ -7,7 +7,11 @@ that matter, so every command line turns the libraries' bars off when stderr is 
 from __future__ import annotations
 
 import logging
+import os
 import sys
+
+#: seconds after which `arm_hang_dump` prints every thread's stack and ends the process (unset: never)
+HANG_DUMP_ENV = "HF_SENTCL_HANG_DUMP_S"
 
 
 def watched() -> bool:
@@ -37,3 +41,17 @@ def setup_logging() -> None:
     datasets.utils.logging.set_verbosity_warning()
     transformers.utils.logging.set_verbosity_warning()
     quiet_library_bars()
+
+
+def arm_hang_dump() -> float | None:
+    """Opt-in diagnosis of a run that hangs or crawls: with `HF_SENTCL_HANG_DUMP_S=N` in the environment, every
+    thread's Python stack is written to stderr N seconds after this call and the process exits with status 1
+    (`faulthandler.dump_traceback_later`; PYTHONFAULTHANDLER has no timeout). Returns N, or None when unset."""
+    value = os.environ.get(HANG_DUMP_ENV, "").strip()
+    if not value:
+        return None
+    import faulthandler
+
+    seconds = float(value)
+    faulthandler.dump_traceback_later(seconds, exit=True)
+    return seconds
