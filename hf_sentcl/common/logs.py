@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 #: seconds after which `arm_hang_dump` prints every thread's stack and ends the process (unset: never)
 HANG_DUMP_ENV = "HF_SENTCL_HANG_DUMP_S"
@@ -43,15 +45,22 @@ def setup_logging() -> None:
     quiet_library_bars()
 
 
-def arm_hang_dump() -> float | None:
+@contextmanager
+def hang_dump() -> Iterator[float | None]:
     """Opt-in diagnosis of a run that hangs or crawls: with `HF_SENTCL_HANG_DUMP_S=N` in the environment, every
-    thread's Python stack is written to stderr N seconds after this call and the process exits with status 1
-    (`faulthandler.dump_traceback_later`; PYTHONFAULTHANDLER has no timeout). Returns N, or None when unset."""
+    thread's Python stack is written to stderr if the block still runs N seconds after it began, and the process
+    exits with status 1 (`faulthandler.dump_traceback_later`; PYTHONFAULTHANDLER has no timeout). Leaving the block
+    disarms it (the interpreter's own shutdown, seconds after a big run, is not the run). Yields N, or None when
+    unset."""
     value = os.environ.get(HANG_DUMP_ENV, "").strip()
     if not value:
-        return None
+        yield None
+        return
     import faulthandler
 
     seconds = float(value)
     faulthandler.dump_traceback_later(seconds, exit=True)
-    return seconds
+    try:
+        yield seconds
+    finally:
+        faulthandler.cancel_dump_traceback_later()

@@ -20,7 +20,9 @@ FSDP_YAML_ENV = {  # what accelerate launch exports for recipes/accelerate_confi
     "FSDP_SYNC_MODULE_STATES": "true", "FSDP_USE_ORIG_PARAMS": "true", "FSDP_FORWARD_PREFETCH": "false",
     "FSDP_MIN_NUM_PARAMS": "0", "ACCELERATE_MIXED_PRECISION": "no",
 }
-WORKER_ENV = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "ACCELERATE_TORCH_DEVICE": "cpu"}
+WORKER_ENV = {  # a 1-process torchrun worker, whose device is the CPU
+    "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "ACCELERATE_TORCH_DEVICE": "cpu",
+}
 
 
 def main(argv: list[str]) -> int:
