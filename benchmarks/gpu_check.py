@@ -17,7 +17,12 @@ On a BERT-base-sized random encoder (12 layers, hidden 768, vocab 30522; SimCSE,
 - FSDP and DeepSpeed ZeRO-3 with 1 process (recipes/accelerate_configs/fsdp.yaml, deepspeed_zero3.yaml);
 - a resume after a kill: a run killed (SIGKILL) once a checkpoint is complete, resumed from it to the end;
 - a host-sync count: `torch.cuda.set_sync_debug_mode("warn")` around the training steps (the step itself makes no
-  host read, tests/test_host_syncs.py; transformers' SDPA mask check makes one per forward).
+  host read, tests/test_host_syncs.py; transformers' SDPA mask check makes one per forward);
+- whole runs, `fsdp_run` and `zero3_run`: `accelerate launch --config_file fsdp.yaml` (deepspeed_zero3.yaml)
+  `--num_processes 1 --mixed_precision no -m hf_sentcl.run` on a random MiniLM-shaped BERT (6 layers, hidden 384;
+  SimCSE, batch 64, 20 steps, dev evaluation and checkpoint every 10) with a SentEval layout of SentEval's sizes
+  made of random sentences, through the final evaluation and the export. `HF_SENTCL_HANG_DUMP_S` is armed in the run:
+  one still going after `RUN_DUMP_S` seconds prints its stacks and ends, and the note names where it was.
 
 and prints one table: check, pass/fail, median step time, note. Each check runs in its own process (a failure or
 hang in one does not stop the others). Exit status: 0 when every check passes or is skipped, 1 otherwise, 2 when
@@ -41,9 +46,12 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-CHECKS = ("fp32", "tf32", "bf16", "fp16", "ddp2", "fsdp", "zero3", "resume", "host_syncs")
+CHECKS = ("fp32", "tf32", "bf16", "fp16", "ddp2", "fsdp", "zero3", "resume", "host_syncs", "fsdp_run", "zero3_run")
 #: seconds one check may take (the whole check stays under 10 minutes on one GPU)
 CHECK_TIMEOUT = 150
+#: seconds after which a whole run (fsdp_run, zero3_run) prints its stacks and ends (such a recipe took 23 s with
+#: plain `python -m hf_sentcl.run` and 49 s under deepspeed_zero3.yaml on an H200)
+RUN_DUMP_S = 90
 REFUSAL = ("gpu_check: no CUDA device here. This check measures the GPU paths (precisions, DDP, FSDP, ZeRO-3, "
            "resume, host syncs) and needs one NVIDIA GPU; run it on a GPU machine: python benchmarks/gpu_check.py")
 VOCAB = 30522
@@ -51,8 +59,9 @@ SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
 # ---------------------------------------------------------------------------------------------- the model and data
-def write_model(folder: Path) -> Path:
-    """A random BERT-base (BertConfig's defaults) and a WordPiece tokenizer over `VOCAB` made-up words."""
+def write_model(folder: Path, **config) -> Path:
+    """A random BERT (BertConfig's defaults: BERT-base, or `config`) and a WordPiece tokenizer over `VOCAB` made-up
+    words."""
     from transformers import BertConfig, BertModel, BertTokenizerFast
 
     if (folder / "config.json").is_file():
@@ -61,13 +70,13 @@ def write_model(folder: Path) -> Path:
     tokens = SPECIALS + [f"w{i}" for i in range(VOCAB - len(SPECIALS))]
     tokenizer = BertTokenizerFast(vocab={t: i for i, t in enumerate(tokens)})
     torch.manual_seed(0)
-    BertModel(BertConfig(vocab_size=len(tokenizer))).save_pretrained(folder)
+    BertModel(BertConfig(vocab_size=len(tokenizer), **config)).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
 
 
-def sentences(n: int) -> list[str]:
-    generator = torch.Generator().manual_seed(1)
+def sentences(n: int, seed: int = 1) -> list[str]:
+    generator = torch.Generator().manual_seed(seed)
     lengths = torch.randint(8, 30, (n,), generator=generator).tolist()
     return [" ".join(f"w{i}" for i in torch.randint(0, VOCAB - 5, (k,), generator=generator).tolist()) for k in lengths]
 
@@ -101,6 +110,116 @@ def outcome(trainer, steps: int, note: str = "") -> dict:
     last = f"last loss {losses[-1]:.4f}" if losses else "no loss logged"
     step_ms = None if seconds is None else 1000 * seconds
     return {"ok": ok, "step_ms": step_ms, "note": "; ".join(filter(None, [last, note]))}
+
+
+# ---------------------------------------------------------------------------------------------- whole runs
+def write_senteval(root: Path) -> Path:
+    """The 7 STS tasks in SentEval's layout and sizes (hf_sentcl.evaluation.sts.KNOWN_PAIRS), random sentences: the
+    final evaluation scores as many pairs as on the real data (18,850)."""
+    from hf_sentcl.evaluation.sts import KNOWN_PAIRS
+
+    if (root / "STS").is_dir():
+        return root
+    generator = torch.Generator().manual_seed(2)
+    for seed, (name, pairs) in enumerate(KNOWN_PAIRS.items(), start=3):
+        path = root / name if name.startswith("SICK/") else root / "STS" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = sentences(2 * pairs, seed=seed)
+        scores = (5 * torch.rand(pairs, generator=generator)).tolist()
+        rows = list(zip(text[:pairs], text[pairs:], scores))
+        if name.startswith("SICK/"):
+            lines = ["pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment"]
+            lines += [f"{i + 1}\t{a}\t{b}\t{s:.1f}\tNEUTRAL" for i, (a, b, s) in enumerate(rows)]
+            path.write_text("\n".join(lines) + "\n")
+        elif name.startswith("STSBenchmark/"):
+            path.write_text("".join(f"main-captions\tMSRvid\t2012test\t{i:04d}\t{s:.3f}\t{a}\t{b}\n"
+                                    for i, (a, b, s) in enumerate(rows)))
+        else:
+            path.write_text("".join(f"{a}\t{b}\n" for a, b, _ in rows))
+            gold = path.with_name(path.name.replace("STS.input.", "STS.gs."))
+            gold.write_text("".join(f"{s:.3f}\n" for _, _, s in rows))
+    return root
+
+
+def write_run_recipe(workdir: Path) -> Path:
+    """The recipe of the whole runs: SimCSE on the MiniLM-shaped BERT, batch 64, 20 steps, dev evaluation and
+    checkpoint every 10, fp32, dropout 0, no evaluation before training (the FSDP hang's recipe)."""
+    corpus = workdir / "run-train.txt"
+    corpus.write_text("\n".join(sentences(64 * 20, seed=0)) + "\n")
+    values = dict(
+        method="simcse", train_file=corpus,
+        model_name_or_path=write_model(workdir / "minilm", hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
+                                       intermediate_size=1536),  # MiniLM's shape
+        sts_data_dir=write_senteval(workdir / "senteval"), pooling="cls", head="mlp", global_train_batch_size=64,
+        max_seq_length=32, max_steps=20, eval_steps=10, save_steps=10, logging_steps=5, precision="fp32",
+        dropout=0, eval_before_training="false", seed=0,
+    )
+    path = workdir / "run-recipe.yaml"
+    path.write_text("".join(f"{key}: {value}\n" for key, value in values.items()))
+    return path
+
+
+def hang_summary(log: str) -> str | None:
+    """Where a run was when `HF_SENTCL_HANG_DUMP_S` fired (None: it did not): the innermost frame of its main thread
+    (the thread whose stack holds hf_sentcl's frames), then its innermost hf_sentcl frames, innermost first."""
+    if "Timeout (" not in log:
+        return None
+    blocks = log.split("Timeout (", 1)[1].split("\n\n")
+    main = next((b for b in blocks if "hf_sentcl/" in b), blocks[0])
+    frames = [line.strip() for line in main.splitlines() if line.strip().startswith("File ")]
+
+    def short(frame: str) -> str:  # File "/x/y/z.py", line 12 in f  ->  y/z.py:12 f
+        path, _, rest = frame.removeprefix('File "').partition('", line ')
+        number, _, function = rest.partition(" in ")
+        return f"{'/'.join(Path(path).parts[-2:])}:{number} {function}"
+
+    ours = [short(f) for f in frames if "hf_sentcl/" in f][:4]
+    shown = [short(f) for f in frames[:1] if short(f) not in ours] + ours
+    return " < ".join(shown) if shown else "no Python frame"
+
+
+def whole_run(check: str, args) -> dict:
+    """`accelerate launch --config_file <fsdp.yaml|deepspeed_zero3.yaml> --num_processes 1 --mixed_precision no -m
+    hf_sentcl.run` of `write_run_recipe`'s recipe to its end (final evaluation, export)."""
+    config = REPO / "recipes" / "accelerate_configs" / ("fsdp.yaml" if check == "fsdp_run" else "deepspeed_zero3.yaml")
+    output = args.workdir / f"out-{check}"
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config), "--num_processes",
+               "1", "--mixed_precision", "no", "-m", "hf_sentcl.run", str(write_run_recipe(args.workdir)),
+               "--output_dir", str(output)]
+    env = {**os.environ, "HF_SENTCL_HANG_DUMP_S": str(RUN_DUMP_S), "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    log_path = args.workdir / f"log-{check}.txt"
+    start = time.time()
+    # its own session: a timeout ends the launcher and its worker together
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True)
+    try:
+        log, _ = process.communicate(timeout=CHECK_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        log, _ = process.communicate()
+    seconds = time.time() - start
+    log_path.write_text(log or "")
+    failed = {"ok": False, "step_ms": None}
+    if (hang := hang_summary(log or "")) is not None:
+        return {**failed, "note": f"still going after {RUN_DUMP_S} s, in {hang} (log: {log_path})"}
+    if process.returncode == -signal.SIGKILL:
+        return {**failed, "note": f"timed out after {CHECK_TIMEOUT} s (log: {log_path})"}
+    results = output / "results.json"
+    if process.returncode != 0 or not results.is_file():
+        lines = (log or "").strip().splitlines()
+        # the run's own `error: ...` line, else the last exception line (not the launcher's summary)
+        said = next((line for line in lines if line.startswith("error: ")), None) or next(
+            (line for line in reversed(lines) if "Error:" in line and "ChildFailedError" not in line),
+            " | ".join(lines[-3:]))
+        return {**failed, "note": f"exit {process.returncode}: {said[-300:]} (log: {log_path})"}
+    train = json.loads(results.read_text())["train"]
+    device = next((line.rsplit(" onto ", 1)[1].rstrip(".") for line in log.splitlines()
+                   if "Final encoder reloaded whole" in line), "?")
+    step = train.get("train_step_seconds")
+    return {"ok": train["global_step"] == 20 and (output / "export").is_dir(),
+            "step_ms": None if step is None else 1000 * step,
+            "note": f"{seconds:.0f} s to the export; final encoder evaluated on {device}"}
 
 
 # ---------------------------------------------------------------------------------------------- workers (one check)
@@ -223,11 +342,13 @@ def resume_check(args) -> dict:
 
 
 def run_check(check: str, args) -> dict:
-    if check == "zero3":
+    if check in ("zero3", "zero3_run"):
         import importlib.util
 
         if importlib.util.find_spec("deepspeed") is None:
             return {"ok": None, "step_ms": None, "note": "skipped: deepspeed is not installed (pip install deepspeed)"}
+    if check in ("fsdp_run", "zero3_run"):
+        return whole_run(check, args)
     return resume_check(args) if check == "resume" else launch(check, args)
 
 

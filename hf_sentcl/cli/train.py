@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from hf_sentcl.common.logs import setup_logging
+from hf_sentcl.common.logs import hang_dump, setup_logging
 from hf_sentcl.methods import METHODS
 from hf_sentcl.modeling.health import TrainingFailure
 from hf_sentcl.pipeline.train import run
@@ -23,6 +23,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if "-h" in argv or "--help" in argv:
         return print_help([a for a in argv if a not in ("-h", "--help")])
+    with hang_dump():  # HF_SENTCL_HANG_DUMP_S=N: the stacks of a run still going after N s (benchmarks/gpu_check.py)
+        return run_recipe(argv)
+
+
+def run_recipe(argv: list[str]) -> int:
+    """Check the recipe, run it; the exit status."""
     setup_logging()
     try:
         recipe = checked(parse_recipe(argv[0], argv[1:]))

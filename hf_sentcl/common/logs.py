@@ -7,7 +7,13 @@ that matter, so every command line turns the libraries' bars off when stderr is 
 from __future__ import annotations
 
 import logging
+import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+#: seconds after which `arm_hang_dump` prints every thread's stack and ends the process (unset: never)
+HANG_DUMP_ENV = "HF_SENTCL_HANG_DUMP_S"
 
 
 def watched() -> bool:
@@ -37,3 +43,24 @@ def setup_logging() -> None:
     datasets.utils.logging.set_verbosity_warning()
     transformers.utils.logging.set_verbosity_warning()
     quiet_library_bars()
+
+
+@contextmanager
+def hang_dump() -> Iterator[float | None]:
+    """Opt-in diagnosis of a run that hangs or crawls: with `HF_SENTCL_HANG_DUMP_S=N` in the environment, every
+    thread's Python stack is written to stderr if the block still runs N seconds after it began, and the process
+    exits with status 1 (`faulthandler.dump_traceback_later`; PYTHONFAULTHANDLER has no timeout). Leaving the block
+    disarms it (the interpreter's own shutdown, seconds after a big run, is not the run). Yields N, or None when
+    unset."""
+    value = os.environ.get(HANG_DUMP_ENV, "").strip()
+    if not value:
+        yield None
+        return
+    import faulthandler
+
+    seconds = float(value)
+    faulthandler.dump_traceback_later(seconds, exit=True)
+    try:
+        yield seconds
+    finally:
+        faulthandler.cancel_dump_traceback_later()

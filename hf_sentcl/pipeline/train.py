@@ -209,7 +209,8 @@ def training_results(stage: Stage, train_output, parameters: dict[str, Any]) -> 
 
 def final_encoder(stage: Stage) -> SentenceEncoder:
     """The trained encoder as evaluated and exported: without accelerate's mixed-precision forward wrapper (so
-    evaluation precision follows eval_bf16), reloaded whole from output_dir when training sharded it."""
+    evaluation precision follows eval_bf16), reloaded whole from output_dir when training sharded it, on the device
+    training ran on."""
     trainer = stage.trainer
     if not stage.sharded:
         encoder = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
@@ -218,6 +219,11 @@ def final_encoder(stage: Stage) -> SentenceEncoder:
         return encoder if next(encoder.parameters()).dtype == torch.float32 else encoder.float()
     with without_zero3_init(trainer.accelerator):
         encoder = load_saved_encoder(stage.args.output_dir)
+    # from_pretrained builds it on the CPU: left there, the final check, evaluation and export of a GPU run would
+    # encode tens of thousands of sentences on the CPU, with the one thread `accelerate launch` gives a process
+    # (OMP_NUM_THREADS=1), minutes for a MiniLM that the GPU encodes in seconds
+    encoder.to(stage.args.device)
+    logger.info("Final encoder reloaded whole from %s onto %s.", stage.args.output_dir, stage.args.device)
     _check_trained(encoder, stage.dev_evaluator, stage.args)
     return encoder
 

@@ -84,3 +84,45 @@ def test_host_sync_rule_allows_one_per_step_after_the_first():
     later = [["masking_utils.py:354"], ["masking_utils.py:354", "base.py:9"], []]
     result = gpu_check.host_sync_outcome(trainer, 3, later)
     assert not result["ok"] and "step 1: base.py:9, masking_utils.py:354" in result["note"]
+
+
+DUMP = """Exported ...
+Timeout (0:01:30)!
+Thread 0x00007fcf7bfff6c0 (most recent call first):
+  File "/usr/lib/python3.11/threading.py", line 331 in wait
+  File "/venv/site-packages/tqdm/_monitor.py", line 69 in run
+
+Thread 0x00007fcfcfc30b80 (most recent call first):
+  File "/venv/site-packages/torch/nn/modules/linear.py", line 134 in forward
+  File "/venv/site-packages/transformers/models/bert/modeling_bert.py", line 301 in forward
+  File "/repo/hf_sentcl/modeling/encoder.py", line 345 in map_batches
+  File "/repo/hf_sentcl/evaluation/sts.py", line 210 in embed
+  File "/repo/hf_sentcl/pipeline/train.py", line 245 in _check_trained
+  File "/repo/hf_sentcl/pipeline/train.py", line 214 in final_encoder
+  File "/repo/hf_sentcl/pipeline/train.py", line 112 in run_stage
+"""
+
+
+def test_a_hung_whole_run_is_named_by_its_main_threads_frames():
+    """fsdp_run / zero3_run: when HF_SENTCL_HANG_DUMP_S fires, the note says where the run's main thread was."""
+    gpu_check = load_script()
+    assert gpu_check.hang_summary("Results: ...\nExported ...\n") is None
+    assert gpu_check.hang_summary(DUMP) == (
+        "modules/linear.py:134 forward < modeling/encoder.py:345 map_batches < evaluation/sts.py:210 embed < "
+        "pipeline/train.py:245 _check_trained < pipeline/train.py:214 final_encoder"
+    )
+    assert gpu_check.hang_summary("Timeout (0:00:06)!\nThread 0x1 (most recent call first):\n  <no Python frame>\n") \
+        == "no Python frame"
+
+
+def test_whole_runs_evaluate_on_a_senteval_layout_of_senteval_sizes(tmp_path):
+    """The whole runs' final evaluation encodes as much as with SentEval's data (a CPU-bound evaluation shows)."""
+    from hf_sentcl.evaluation.sts import KNOWN_PAIRS, STS_TASKS, STSEvaluator
+
+    gpu_check = load_script()
+    root = gpu_check.write_senteval(tmp_path / "senteval")
+    suite = STSEvaluator(root)
+    assert set(suite.data) == set(STS_TASKS)
+    assert sum(len(p.scores) for task in suite.data.values() for p in task.values()) == sum(
+        n for name, n in KNOWN_PAIRS.items() if "train" not in name and "dev" not in name and "trial" not in name)
+    assert len(STSEvaluator(root, tasks=("STSBenchmark",), split="dev").data["STSBenchmark"]["dev"].scores) == 1500

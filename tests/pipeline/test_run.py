@@ -210,3 +210,24 @@ def test_a_sharded_save_reloads_in_fp32(tmp_path, tiny_bert_dir):
     encoder.to(torch.bfloat16).save_pretrained(tmp_path / "saved")
     assert {p.dtype for p in SentenceEncoder.from_pretrained(tmp_path / "saved").parameters()} == {torch.bfloat16}
     assert {p.dtype for p in load_saved_encoder(tmp_path / "saved").parameters()} == {torch.float32}
+
+
+def test_a_sharded_runs_final_encoder_is_reloaded_onto_the_training_device(tmp_path, tiny_bert_dir, monkeypatch):
+    """After FSDP or ZeRO-3 the final encoder is reloaded from output_dir, which from_pretrained builds on the CPU:
+    it moves to the device training ran on before it is checked, evaluated and exported (left on the CPU, a GPU run
+    encoded the whole final evaluation on the one thread `accelerate launch` gives a process). "meta" stands in for
+    a GPU here."""
+    from types import SimpleNamespace
+
+    from hf_sentcl import SentenceEncoder
+    from hf_sentcl.pipeline import train
+
+    SentenceEncoder.from_backbone(str(tiny_bert_dir), pooling="cls", head="none").save_pretrained(tmp_path / "out")
+    device = torch.device("meta")
+    stage = SimpleNamespace(
+        sharded=True, dev_evaluator=None, args=SimpleNamespace(output_dir=str(tmp_path / "out"), device=device),
+        trainer=SimpleNamespace(accelerator=SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=None))),
+    )
+    checked_on = []
+    monkeypatch.setattr(train, "_check_trained", lambda encoder, *_: checked_on.append(encoder.device))
+    assert train.final_encoder(stage).device == device and checked_on == [device]
