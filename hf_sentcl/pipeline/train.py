@@ -163,10 +163,29 @@ def evaluate_before(stage: Stage) -> dict[str, SuiteResults]:
     with others_wait_for_main_process() as main:  # the others wait longer than ddp_timeout if need be
         if not main:
             return {}
-        before = evaluate_suites(stage.encoder, stage.suites, recipe)
+        with on_device(stage.encoder, stage.args.device):
+            before = evaluate_suites(stage.encoder, stage.suites, recipe)
     table = markdown_report({RUN_LABELS["before"]: before}, recipe.data.sts_mode)
     print(f"{table}\n{embedding_note(stage.encoder)}", flush=True)
     return {"before": before}
+
+
+@contextmanager
+def on_device(encoder: SentenceEncoder, device: torch.device) -> Iterator[None]:
+    """`encoder` on `device` inside the block, back on its own device after.
+
+    Under FSDP and DeepSpeed the Trainer leaves the model on the CPU until `train()` prepares it, so the "before"
+    evaluation would encode on the CPU (one thread per process under `accelerate launch`) while a GPU waits; it
+    goes back because FSDP and DeepSpeed expect to place (and shard) it themselves."""
+    original = encoder.device
+    if original == torch.device(device):
+        yield
+        return
+    encoder.to(device)
+    try:
+        yield
+    finally:
+        encoder.to(original)
 
 
 def save_trained(stage: Stage) -> None:

@@ -231,3 +231,33 @@ def test_a_sharded_runs_final_encoder_is_reloaded_onto_the_training_device(tmp_p
     checked_on = []
     monkeypatch.setattr(train, "_check_trained", lambda encoder, *_: checked_on.append(encoder.device))
     assert train.final_encoder(stage).device == device and checked_on == [device]
+
+
+def test_the_before_evaluation_runs_on_the_training_device(monkeypatch):
+    """Under FSDP and DeepSpeed the Trainer leaves the model on the CPU until train() prepares it: the "before"
+    evaluation moves it to the training device and back ("meta" stands in for a GPU)."""
+    from types import SimpleNamespace
+
+    from hf_sentcl.pipeline import train
+
+    class Encoder:
+        device = torch.device("cpu")
+        moves: list[torch.device] = []
+
+        def to(self, device):
+            self.device = torch.device(device)
+            self.moves.append(self.device)
+            return self
+
+    encoder, seen = Encoder(), []
+    monkeypatch.setattr(train, "evaluate_suites", lambda model, *_: seen.append(model.device) or "scores")
+    monkeypatch.setattr(train, "markdown_report", lambda *_: "table")
+    monkeypatch.setattr(train, "embedding_note", lambda *_: "note")
+    recipe = SimpleNamespace(data=SimpleNamespace(eval_before_training=True, sts_mode="all"))
+    stage = SimpleNamespace(recipe=recipe, suites=SimpleNamespace(suites=["sts"]), encoder=encoder,
+                            args=SimpleNamespace(device=torch.device("meta")))
+    assert train.evaluate_before(stage) == {"before": "scores"}
+    assert seen == [torch.device("meta")] and encoder.moves == [torch.device("meta"), torch.device("cpu")]
+    stage.args.device = torch.device("cpu")  # already there: not moved
+    train.evaluate_before(stage)
+    assert encoder.moves == [torch.device("meta"), torch.device("cpu")]
