@@ -27,6 +27,13 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	touch $@
 
+# DeepSpeed for the ZeRO-2/3 tests on CPU processes (not a dependency of the package): a source distribution that
+# builds without compiling any op (DS_BUILD_OPS=0) against the torch installed above, hence no build isolation.
+DEEPSPEED_SPEC ?= deepspeed==0.19.8
+$(BIN)/.deepspeed: $(BIN)/.installed
+	DS_BUILD_OPS=0 $(BIN)/python -m pip install --quiet --no-build-isolation "$(DEEPSPEED_SPEC)"
+	touch $@
+
 wordnet:
 	@if [ -f "$(WORDNET_DIR)/index.noun" ]; then :; \
 	elif command -v apt-get >/dev/null 2>&1; then \
@@ -40,7 +47,7 @@ install: $(BIN)/.installed wordnet
 quickstart: install
 	$(BIN)/python -m hf_sentcl.run recipes/quickstart.yaml $(QUICKSTART_ARGS)
 
-test: install
+test: install $(BIN)/.deepspeed
 	$(BIN)/python -m pytest -q
 
 # The tests not marked slow (no training runs, no process groups): a check in under a minute while editing.
