@@ -65,6 +65,14 @@ def test_window_is_counted_before_the_margins_and_an_empty_window_drops_the_pair
     assert skipped == {"absolute_margin": 2}
 
 
+def test_ranks_past_the_window_are_never_chosen():
+    """The pool's copy of the positive lies far away (170 degrees), so the search's room for it holds c25 at rank 2:
+    outside window 0:2, it must not be chosen when the margin removes c05 and c15."""
+    pool = {**ANGLES, "positive": 170}
+    assert mine(pool, rank_end=2, absolute_margin=0.05)[:2] == ([], 1)
+    assert mine(pool, rank_end=3, absolute_margin=0.05)[0] == ["c25"]
+
+
 def test_relative_margin_uses_the_positive_magnitude():
     """A positive scoring cos(120) = -0.5: sentence-transformers 6.x skips scores above -0.5 - 0.5 * 0.1 = -0.55
     (the older `positive * (1 - margin)` = -0.45 would keep the candidate at -0.52)."""
@@ -121,8 +129,9 @@ def test_stsb_pairs_keep_scores_at_least_min_score(senteval_dir):
     from hf_sentcl.evaluation.sts import load_sts_task
 
     gold = load_sts_task(senteval_dir, "STSBenchmark", "train")["train"]
-    pairs = read_pairs("stsb", min_score=3.0, data_dir=senteval_dir)
-    expected = [a.strip() for a, score in zip(gold.sentences1, gold.scores) if score >= 3.0]
+    threshold = float(sorted(gold.scores)[len(gold) // 2])  # a score some pairs have exactly: they are kept
+    pairs = read_pairs("stsb", min_score=threshold, data_dir=senteval_dir)
+    expected = [a.strip() for a, score in zip(gold.sentences1, gold.scores) if score >= threshold]
     assert pairs.anchors == expected and 0 < len(pairs) < len(gold)
     assert pairs.skipped == len(gold) - len(expected)
 
