@@ -46,8 +46,8 @@ logger = logging.getLogger(__name__)
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="hf-sentcl mine", description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="\n".join(__doc__.splitlines()[1:]),
+        prog="hf-sentcl mine", description=__doc__.splitlines()[0], epilog="\n".join(__doc__.splitlines()[1:]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add = parser.add_argument
     add("--model", required=True, help=f"Encoder: a run or export folder, a Hub id, or '{EMBEDDED_MODEL_ALIAS}'.")
@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--corpus-only", action="store_true", help="Candidates from --corpus alone, not the pairs' own sentences.")
     add("--rank-window", default="0:30",
         help="START:END: keep candidates ranked START..END-1 (from 0, after removing the positive and any "
-        "sentence equal to the anchor or positive).")
+        "sentence equal to the anchor or positive; default %(default)s).")
     add("--absolute-margin", type=float, default=None,
         help="Skip a candidate whose score + MARGIN > the positive's score (sentence-transformers' absolute_margin).")
     add("--relative-margin", type=float, default=None,
@@ -73,10 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
         "relative_margin; 0.05 is NV-Retriever's setting).")
     add("--sampling", choices=SAMPLING, default="top",
         help="top: the best-ranked survivor; random: one survivor drawn with --seed.")
-    add("--seed", type=int, default=42, help="Seed of --sampling random.")
-    add("--max-pool", type=int, default=DEFAULT_MAX_POOL, help="Largest candidate pool the exact search accepts.")
-    add("--block-size", type=int, default=DEFAULT_BLOCK_SIZE, help="Pool sentences scored per block of the search.")
-    add("--batch-size", type=int, default=128, help="Sentences per encoding batch.")
+    add("--seed", type=int, default=42, help="Seed of --sampling random (default %(default)s).")
+    add("--max-pool", type=int, default=DEFAULT_MAX_POOL,
+        help="Largest candidate pool the exact search accepts (default %(default)s).")
+    add("--block-size", type=int, default=DEFAULT_BLOCK_SIZE,
+        help="Pool sentences scored per block of the search (default %(default)s).")
+    add("--batch-size", type=int, default=128, help="Sentences per encoding batch (default %(default)s).")
     add("--bf16", action="store_true", help="Encode under bf16 autocast.")
     add("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda if available).")
     add("--output", required=True, help="The .csv to write (columns sent0, sent1, hard_neg).")
