@@ -146,7 +146,7 @@ def test_top_level_modules():
     assert {p.name for p in PACKAGE.glob("*.py")} <= TOP_LEVEL_MODULES
 
 
-@pytest.mark.parametrize("command", ["train", "evaluate", "export", "push", "sweep", "glue", "analyze", "data"])
+@pytest.mark.parametrize("command", ["train", "evaluate", "export", "push", "sweep", "glue", "analyze", "data", "mine"])
 def test_every_command_has_a_module_with_main(command):
     import importlib
 

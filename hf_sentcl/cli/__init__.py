@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "glue": ("hf_sentcl.cli.glue", "GLUE fine-tuning of an encoder's backbone"),
     "analyze": ("hf_sentcl.cli.analyze", "layer x pooling study of an encoder (SG-BERT's Figure 1)"),
     "data": ("hf_sentcl.cli.data", "prefetch the Hub data, or show where each data source is read from"),
+    "mine": ("hf_sentcl.cli.mine", "hard negatives for (anchor, positive) pairs: the sent0,sent1,hard_neg csv"),
 }
 
 

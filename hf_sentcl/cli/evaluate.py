@@ -16,8 +16,9 @@ from hf_sentcl.evaluation.suites import EVAL_SUITES, EvaluationSuites, check_sui
 from hf_sentcl.evaluation.transfer import TRANSFER_TASKS
 from hf_sentcl.evaluation.whitening import WHITENING_FITS, WhiteningSpec
 from hf_sentcl.hub.download import resolve_data_dir
-from hf_sentcl.modeling import POOLING_MODES, SentenceEncoder
+from hf_sentcl.modeling import POOLING_MODES
 from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS
+from hf_sentcl.modeling.encoder import load_encoder
 from hf_sentcl.recipe.run_folder import check_writable
 
 
@@ -127,10 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
 
-    overrides = {k: v for k, v in (("pooling", args.pooling), ("pooling_layer", args.pooling_layer)) if v is not None}
-    if args.pooling is not None:  # the pooling asked for is the one evaluated, whatever the encoder saved for eval
-        overrides["inference_pooling"] = None
-    encoder = SentenceEncoder.load(args.model, **overrides)
+    encoder = load_encoder(args.model, args.pooling, args.pooling_layer)
     if args.dims:
         encoder.config.matryoshka_dims = args.dims
     import torch

@@ -21,6 +21,7 @@ from hf_sentcl.export.verify import PROBE_SENTENCES, verify_export
 from hf_sentcl.export.writer import staged_export, write_export
 from hf_sentcl.modeling import POOLING_MODES, SentenceEncoder, SentenceEncoderConfig
 from hf_sentcl.modeling.backbone import resolve_model_name
+from hf_sentcl.modeling.encoder import load_encoder
 
 logger = logging.getLogger("hf_sentcl")
 
@@ -125,15 +126,12 @@ def load_checkpoint(name: str, pooling: str | None = None, pooling_layer: int | 
     if Path(path).exists() and not (Path(path) / "config.json").is_file():
         raise ExportError(f"'{name}' holds no config.json; pass a run's output_dir, a checkpoint-N or a model folder.")
     model_type = getattr(AutoConfig.from_pretrained(path), "model_type", None)
-    overrides = {k: v for k, v in (("pooling", pooling), ("pooling_layer", pooling_layer)) if v is not None}
     if model_type != SentenceEncoderConfig.model_type and pooling is None:
         raise ExportError(
             f"'{name}' is a plain '{model_type}' model, not a saved SentenceEncoder: say how it pools with --pooling "
             f"({', '.join(POOLING_MODES)})."
         )
-    if pooling is not None:
-        overrides["inference_pooling"] = None  # the pooling asked for is the one exported
-    return SentenceEncoder.load(name, **overrides).eval()
+    return load_encoder(name, pooling, pooling_layer).eval()  # the pooling asked for is the one exported
 
 
 def _same_model(a: str, b: str) -> bool:

@@ -8,6 +8,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -354,6 +355,16 @@ class SentenceEncoder(PreTrainedModel):
         return out[[position[s] for s in sentences]]
 
 
-def load_encoder(name_or_path: str | Path, **overrides) -> SentenceEncoder:
-    """Shorthand for `SentenceEncoder.load`."""
+def load_encoder(
+    name_or_path: str | Path, pooling: str | None = None, pooling_layer: int | None = None
+) -> SentenceEncoder:
+    """The encoder a command line embeds with: a saved `SentenceEncoder` (run, checkpoint or export folder), or a
+    plain backbone (folder, Hub id or the embedded alias) wrapped around it. `pooling` / `pooling_layer` override the
+    saved ones when given, and a `pooling` asked for is the one used at inference: it replaces a saved
+    `inference_pooling`, so what the user names is what is computed."""
+    overrides: dict[str, Any] = {
+        key: value for key, value in (("pooling", pooling), ("pooling_layer", pooling_layer)) if value is not None
+    }
+    if pooling is not None:
+        overrides["inference_pooling"] = None
     return SentenceEncoder.load(str(name_or_path), **overrides)

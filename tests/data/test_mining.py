@@ -1,0 +1,212 @@
+"""Hard-negative mining (`hf_sentcl.data.mining`, `hf-sentcl mine`): the choices on hand-made embeddings whose
+cosines are known, the block search against a full top-k, the size limit, input checks and a CLI run whose CSV the
+supervised SimCSE data loading reads."""
+
+import csv
+import math
+import re
+
+import pytest
+import torch
+from helpers import random_sentences
+
+from hf_sentcl.cli.mine import main as mine_main
+from hf_sentcl.data.mining import (
+    MiningSettings,
+    Pairs,
+    block_topk,
+    mine_from_embeddings,
+    read_pairs,
+)
+from hf_sentcl.pipeline.build import build_train_dataset
+from hf_sentcl.recipe.parser import parse_recipe
+
+# Unit vectors in the plane at these angles (degrees) from the anchor: cosine to the anchor = cos(angle).
+# After the anchor and the positive are removed, the ranking is c05 (0.996), c15 (0.966), c25 (0.906), c40 (0.766),
+# c60 (0.5), c90 (0.0); the positive scores cos(10) = 0.985.
+ANGLES = {"anchor": 0, "positive": 10, "c05": 5, "c15": 15, "c25": 25, "c40": 40, "c60": 60, "c90": 90}
+
+
+def unit(degrees: float) -> torch.Tensor:
+    return torch.tensor([math.cos(math.radians(degrees)), math.sin(math.radians(degrees))])
+
+
+def mine(pool: dict[str, float], positive_angle: float = 10, **settings) -> tuple[list[str], int, dict]:
+    """Mine one pair (anchor at 0 degrees, positive at `positive_angle`) against `pool` (text -> angle)."""
+    pairs = Pairs(["anchor"], ["positive"], "hand-made")
+    texts = list(pool)
+    result = mine_from_embeddings(
+        unit(0)[None], unit(positive_angle)[None], torch.stack([unit(pool[t]) for t in texts]), pairs, texts,
+        MiningSettings(**settings),
+    )
+    return [neg for _, _, neg in result.triplets], result.dropped, result.skipped
+
+
+@pytest.mark.parametrize(
+    "settings, expected",
+    [
+        ({}, "c05"),  # the best-ranked candidate that is neither the anchor nor the positive
+        ({"rank_start": 2, "rank_end": 4}, "c25"),  # ranks 2-3: c25, c40
+        ({"absolute_margin": 0.05}, "c25"),  # skip score + 0.05 > 0.985: c05, c15
+        ({"absolute_margin": 0.2}, "c40"),  # threshold 0.785: c25 (0.906) goes too
+        ({"relative_margin": 0.1}, "c40"),  # threshold 0.985 - 0.0985 = 0.886: c25 (0.906) skipped
+        ({"relative_margin": 0.01}, "c15"),  # threshold 0.975: only c05 skipped
+        ({"relative_margin": 0.1, "rank_start": 4}, "c60"),
+    ],
+)
+def test_choice_on_known_cosines(settings, expected):
+    assert mine(ANGLES, **settings)[0] == [expected]
+
+
+def test_window_is_counted_before_the_margins_and_an_empty_window_drops_the_pair():
+    """Ranks 0-1 are c05 and c15, both within 0.05 of the positive: nothing survives, the pair is dropped."""
+    negatives, dropped, skipped = mine(ANGLES, rank_end=2, absolute_margin=0.05)
+    assert negatives == [] and dropped == 1
+    assert skipped == {"absolute_margin": 2}
+
+
+def test_ranks_past_the_window_are_never_chosen():
+    """The pool's copy of the positive lies far away (170 degrees), so the search's room for it holds c25 at rank 2:
+    outside window 0:2, it must not be chosen when the margin removes c05 and c15."""
+    pool = {**ANGLES, "positive": 170}
+    assert mine(pool, rank_end=2, absolute_margin=0.05)[:2] == ([], 1)
+    assert mine(pool, rank_end=3, absolute_margin=0.05)[0] == ["c25"]
+
+
+def test_relative_margin_uses_the_positive_magnitude():
+    """A positive scoring cos(120) = -0.5: sentence-transformers 6.x skips scores above -0.5 - 0.5 * 0.1 = -0.55
+    (the older `positive * (1 - margin)` = -0.45 would keep the candidate at -0.52)."""
+    pool = {"c121": math.degrees(math.acos(-0.52)), "c180": 180, "c90": 90}
+    assert mine(pool, positive_angle=120, relative_margin=0.1)[0] == ["c180"]
+
+
+def test_text_equal_to_anchor_or_positive_is_never_chosen():
+    """Copies of the anchor and the positive that differ in whitespace only (closest of all) are skipped, and the
+    ranks do not count them: window 0:1 still holds c05."""
+    pool = {**ANGLES, "  anchor ": 1, "positive\t": 2, "anchor\n": 3}
+    assert mine(pool, rank_end=1)[0] == ["c05"]
+    assert mine(pool, rank_start=1, rank_end=2)[0] == ["c15"]
+
+
+def test_seeded_sampling_is_deterministic_and_stays_among_survivors():
+    """Window 0:4 with absolute margin 0.05 leaves c25 and c40 (c05, c15 too close); random picks between them."""
+    n = 64
+    pairs = Pairs(["anchor"] * n, ["positive"] * n, "hand-made")
+    texts = list(ANGLES)
+    pool = torch.stack([unit(ANGLES[t]) for t in texts])
+
+    def run(seed):
+        settings = MiningSettings(rank_end=4, absolute_margin=0.05, sampling="random", seed=seed)
+        result = mine_from_embeddings(unit(0).expand(n, 2), unit(10).expand(n, 2), pool, pairs, texts, settings)
+        return [neg for _, _, neg in result.triplets]
+
+    first = run(seed=0)
+    assert first == run(seed=0)
+    assert set(first) == {"c25", "c40"}
+    assert first != run(seed=1)
+
+
+@pytest.mark.parametrize("block_size, query_block", [(1, 4), (7, 5), (50, 1024), (101, 3), (500, 1024)])
+@pytest.mark.parametrize("k", [10, 200])
+def test_block_search_equals_full_topk(block_size, query_block, k):
+    generator = torch.Generator().manual_seed(0)
+    queries, pool = torch.randn(37, 16, generator=generator), torch.randn(101, 16, generator=generator)
+    scores, indices = block_topk(queries, pool, k, block_size=block_size, query_block=query_block)
+    expected_scores, expected_indices = (queries @ pool.T).topk(min(k, len(pool)), dim=1)
+    assert torch.equal(indices, expected_indices)
+    torch.testing.assert_close(scores, expected_scores)
+
+
+def test_pool_above_the_limit_is_refused_naming_size_and_limit():
+    texts = list(ANGLES)
+    pool = torch.stack([unit(ANGLES[t]) for t in texts])
+    with pytest.raises(ValueError, match=r"8 sentences, above the exact search's limit of 7 \(--max-pool\)"):
+        mine_from_embeddings(unit(0)[None], unit(10)[None], pool, Pairs(["anchor"], ["positive"], "x"), texts,
+                             MiningSettings(max_pool=7))
+
+
+def test_stsb_pairs_keep_scores_at_least_min_score(senteval_dir):
+    from hf_sentcl.evaluation.sts import load_sts_task
+
+    gold = load_sts_task(senteval_dir, "STSBenchmark", "train")["train"]
+    threshold = float(sorted(gold.scores)[len(gold) // 2])  # a score some pairs have exactly: they are kept
+    pairs = read_pairs("stsb", min_score=threshold, data_dir=senteval_dir)
+    expected = [a.strip() for a, score in zip(gold.sentences1, gold.scores) if score >= threshold]
+    assert pairs.anchors == expected and 0 < len(pairs) < len(gold)
+    assert pairs.skipped == len(gold) - len(expected)
+
+
+def write_pairs(path, rows, header=("sent0", "sent1")):
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--pairs", "{tmp}/missing.csv"], "--pairs '.*missing.csv' does not exist"),
+        (["--columns", "premise,hypothesis"], r"no column\(s\) \['premise', 'hypothesis'\] \(--columns\)"),
+        (["--pairs", "{tmp}/empty.csv"], "no pairs to mine from"),
+        (["--rank-window", "5:2"], "--rank-window 5:2"),
+        (["--rank-window", "ten"], "--rank-window 'ten'"),
+        (["--absolute-margin", "-0.1"], "--absolute-margin -0.1"),
+        (["--relative-margin", "nan"], "--relative-margin nan"),
+        (["--min-score", "4"], "--min-score applies to STS-B pairs"),
+        (["--corpus", "{tmp}/nothing.txt"], "--corpus '.*nothing.txt' does not exist"),
+        (["--max-pool", "3"], r"above the exact search's limit of 3 \(--max-pool\)"),
+        ([], "--model '.*no-model': no folder"),
+    ],
+)
+def test_bad_input_is_refused_before_the_model_loads(tmp_path, capsys, extra, message):
+    """Exit status 2 and an error naming the file or option, before any model loads (`--model` names nothing)."""
+    write_pairs(tmp_path / "pairs.csv", [("a b c", "a b d"), ("e f g", "e f h")])
+    write_pairs(tmp_path / "empty.csv", [("", "x")])
+    argv = ["--model", str(tmp_path / "no-model"), "--pairs", str(tmp_path / "pairs.csv"),
+            "--output", str(tmp_path / "out.csv")]
+    assert mine_main(argv + [a.format(tmp=tmp_path) for a in extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and re.search(message, err), err
+
+
+def test_cli_writes_a_csv_that_supervised_simcse_reads(tmp_path, tiny_bert_dir, senteval_dir, capsys):
+    sentences = random_sentences(60, seed=11)
+    pairs = write_pairs(tmp_path / "pairs.csv", list(zip(sentences[:20], sentences[20:40])), header=("q", "p"))
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(sentences[40:]) + "\n\n")
+    output = tmp_path / "mined.csv"
+    argv = ["--model", str(tiny_bert_dir), "--pooling", "mean", "--pairs", str(pairs), "--columns", "q,p",
+            "--corpus", str(corpus), "--rank-window", "1:10", "--sampling", "random", "--seed", "3",
+            "--block-size", "16", "--output", str(output)]
+    assert mine_main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "Pairs in: 20" in printed and "Candidate pool: 60 sentences" in printed
+    with output.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert rows and list(rows[0]) == ["sent0", "sent1", "hard_neg"]
+    assert all(r["hard_neg"] not in (r["sent0"], r["sent1"]) and r["hard_neg"] in sentences for r in rows)
+    first = output.read_bytes()
+    assert mine_main(argv) == 0 and output.read_bytes() == first  # deterministic with the seed
+
+    recipe = parse_recipe(
+        None, method="simcse_sup", model_name_or_path=str(tiny_bert_dir), train_file=str(output),
+        sts_data_dir=str(senteval_dir), output_dir=str(tmp_path / "run"), per_device_train_batch_size=4,
+    )
+    from hf_sentcl import SentenceEncoder
+
+    tokenizer = SentenceEncoder.load(str(tiny_bert_dir)).tokenizer
+    dataset, num_views, _ = build_train_dataset(recipe, tokenizer)
+    assert num_views == 3 and len(dataset) == len(rows)
+
+
+def test_cli_mines_stsb_pairs(tmp_path, tiny_bert_dir, senteval_dir, capsys):
+    output = tmp_path / "stsb.csv"
+    argv = ["--model", str(tiny_bert_dir), "--pairs", "stsb", "--data-dir", str(senteval_dir), "--min-score", "2",
+            "--output", str(output)]
+    assert mine_main(argv) == 0
+    expected = len(read_pairs("stsb", min_score=2.0, data_dir=senteval_dir))
+    assert f"Pairs in: {expected}" in capsys.readouterr().out
+    with output.open(newline="") as handle:
+        assert len(list(csv.DictReader(handle))) <= expected
