@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-#: seconds after which `arm_hang_dump` prints every thread's stack and ends the process (unset: never)
+#: seconds after which `hang_dump` prints every thread's stack and ends the process (unset: never)
 HANG_DUMP_ENV = "HF_SENTCL_HANG_DUMP_S"
 
 
@@ -58,7 +58,10 @@ def hang_dump() -> Iterator[float | None]:
         return
     import faulthandler
 
-    seconds = float(value)
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise SystemExit(f"{HANG_DUMP_ENV}={value!r}: give a number of seconds, e.g. {HANG_DUMP_ENV}=600.") from None
     faulthandler.dump_traceback_later(seconds, exit=True)
     try:
         yield seconds
