@@ -4,9 +4,14 @@ In a padded batch every token-wise operation of a BERT layer (Q/K/V projections,
 feed-forward block, LayerNorm, dropout, GELU) also runs on the padding, a third of the positions in shuffled
 batches of short sentences. `unpadded_forward` packs the real tokens once (the flat indices of the attention
 mask's ones), runs the embedding module and every layer's linear / LayerNorm / feed-forward modules on a
-(total_tokens, hidden) tensor, and scatters Q, K, V to the padded (batch, heads, max_len, head_dim) view only for
-the attention product, which runs through the backbone's own attention function (SDPA, the CPU fast-dropout SDPA
-of `fast_dropout`, or eager) with the key-padding mask; its output is gathered back to the packed tokens.
+(total_tokens, hidden) tensor, and only the attention product sees the padded shape:
+- Q, K and V come from one GEMM (`_QKVProjection`, whose hidden-state gradient is the three layers' to the bit)
+  and are gathered straight into per-head (b * heads, L, head_dim) views (`RowMap`: packing and unpacking are
+  both `index_select` gathers, each the other's backward);
+- the product runs explicitly while training with dropout (and for eager attention): the key-padding mask is
+  added inside the score GEMM, softmax in fp32, the module's own dropout (`FastDropout` where installed); SDPA
+  with the key-padding mask otherwise (inference);
+- the context is gathered back to the packed tokens for the output projection.
 
 It calls the backbone's own modules (their parameters, hooks-free forwards, `FastDropout` where it is installed,
 LoRA layers inside a PEFT model), so weights, saving and export are unaffected, and the math is the padded path's
@@ -30,14 +35,13 @@ from __future__ import annotations
 
 import logging
 import weakref
+from dataclasses import dataclass
 from functools import partial
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers.modeling_outputs import BaseModelOutput
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.models.bert.modeling_bert import eager_attention_forward
 
 logger = logging.getLogger(__name__)
 
@@ -110,15 +114,69 @@ def backbone_route(backbone: nn.Module, device: torch.device, enabled: bool = Tr
 
 
 # ---------------------------------------------------------------------- packing
+@dataclass(frozen=True)
+class RowMap:
+    """Where the rows of a packed tensor sit in its padded view: `rows[i]` is the padded row of packed row i,
+    `sources[j]` the packed row that padded row j holds. On padding that is a zero row past the end, or with
+    `zero_padding=False` packed row 0: any finite row serves where the consumer masks padding exactly (attention's
+    keys and values get weight 0, padded queries' outputs are dropped) and saves appending the zero row.
+
+    Both directions are gathers (`index_select`, parallel and contiguous on CPU): packing gathers `rows`, unpacking
+    gathers `sources`, and each one's backward is the other (padding's gradient is dropped)."""
+
+    rows: torch.Tensor
+    sources: torch.Tensor
+    zero_padding: bool = True
+
+    @classmethod
+    def of(cls, rows: torch.Tensor, padded_rows: int, zero_padding: bool = True) -> RowMap:
+        filler = len(rows) if zero_padding else 0
+        sources = torch.full((padded_rows,), filler, dtype=rows.dtype, device=rows.device)
+        return cls(rows, sources.index_copy_(0, rows, torch.arange(len(rows), device=rows.device)), zero_padding)
+
+    def pack(self, padded: torch.Tensor) -> torch.Tensor:
+        """(padded rows, ...) -> (packed rows, ...)."""
+        return _Pack.apply(padded, self)
+
+    def unpack(self, packed: torch.Tensor) -> torch.Tensor:
+        """(packed rows, ...) -> (padded rows, ...), zeros (or the filler row) on padding."""
+        return _Unpack.apply(packed, self)
+
+
+def _with_zero_row(packed: torch.Tensor) -> torch.Tensor:
+    return torch.cat([packed, packed.new_zeros(1, *packed.shape[1:])])
+
+
+class _Pack(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, padded: torch.Tensor, row_map: RowMap) -> torch.Tensor:
+        ctx.row_map = row_map
+        return padded.index_select(0, row_map.rows)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return _with_zero_row(grad).index_select(0, ctx.row_map.sources), None
+
+
+class _Unpack(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, packed: torch.Tensor, row_map: RowMap) -> torch.Tensor:
+        ctx.row_map = row_map
+        return (_with_zero_row(packed) if row_map.zero_padding else packed).index_select(0, row_map.sources)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return grad.index_select(0, ctx.row_map.rows), None
+
+
 def pack(states: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     """(b, L, ...) -> (total_tokens, ...): the rows at the flat `indices` of the real tokens."""
-    return states.flatten(0, 1).index_select(0, indices)
+    return RowMap.of(indices, states.shape[0] * states.shape[1]).pack(states.flatten(0, 1))
 
 
 def unpack(tokens: torch.Tensor, indices: torch.Tensor, batch: int, length: int) -> torch.Tensor:
     """(total_tokens, ...) -> (b, L, ...), zeros on padding (the inverse of `pack` on the real tokens)."""
-    padded = tokens.new_zeros(batch * length, *tokens.shape[1:])
-    return padded.index_copy(0, indices, tokens).view(batch, length, *tokens.shape[1:])
+    return RowMap.of(indices, batch * length).unpack(tokens).view(batch, length, *tokens.shape[1:])
 
 
 def default_position_ids(embeddings: nn.Module, input_ids: torch.Tensor | None, shape: torch.Size) -> torch.Tensor:
@@ -140,7 +198,7 @@ def has_row_hooks(embeddings: nn.Module) -> bool:
     return any(m._forward_hooks or m._forward_pre_hooks for m in embeddings.modules() if m is not table)
 
 
-def packed_embeddings(model: nn.Module, indices: torch.Tensor, input_ids, token_type_ids, position_ids,
+def packed_embeddings(model: nn.Module, tokens: RowMap, input_ids, token_type_ids, position_ids,
                       inputs_embeds) -> torch.Tensor:
     """The embedding output of the real tokens, (total_tokens, hidden). Computed on the packed tokens (one row of
     total_tokens, each with its own position id), or on the padded batch and then packed when the module carries
@@ -149,47 +207,128 @@ def packed_embeddings(model: nn.Module, indices: torch.Tensor, input_ids, token_
     if inputs_embeds is not None or has_row_hooks(embeddings):
         padded = embeddings(input_ids=input_ids, token_type_ids=token_type_ids, position_ids=position_ids,
                             inputs_embeds=inputs_embeds)
-        return pack(padded, indices)
+        return tokens.pack(padded.flatten(0, 1))
     if position_ids is None:
         position_ids = default_position_ids(embeddings, input_ids, input_ids.shape)
     if token_type_ids is None:
         token_type_ids = torch.zeros_like(input_ids)
     row = {"input_ids": input_ids, "token_type_ids": token_type_ids, "position_ids": position_ids.expand_as(input_ids)}
-    row = {key: pack(value, indices).unsqueeze(0) for key, value in row.items()}
+    row = {key: tokens.pack(value.flatten()).unsqueeze(0) for key, value in row.items()}
     return embeddings(**row).squeeze(0)
 
 
 # ---------------------------------------------------------------------- one layer
-def padding_mask(attention_mask: torch.Tensor, attention: str, dtype: torch.dtype) -> torch.Tensor:
-    """The (b, 1, 1, L) key-padding mask in the form the attention function takes: bool (True = attend) for SDPA,
-    additive (0 / dtype min) for eager."""
-    keep = attention_mask.bool()[:, None, None, :]
-    if attention == "eager":
-        return torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill(~keep, torch.finfo(dtype).min)
-    return keep
+@dataclass(frozen=True)
+class Packing:
+    """Where a batch's real tokens sit, computed once per forward and shared by every layer.
+
+    `tokens`: the real tokens in the (b * L) flattened batch; `heads`: token t's head h (packed row t * heads + h)
+    in the (b * heads * L) rows of a (b, heads, L, head_dim) tensor; `qkv`: token t's projection s (Q, K, V) and
+    head h in the rows of three such tensors (padding holds a copy of a real row: attention masks it exactly);
+    `bias`: the additive key-padding mask (b * heads, 1, L) of the explicit attention, `keep` the same as SDPA's
+    bool (b, 1, 1, L)."""
+
+    batch: int
+    length: int
+    num_heads: int
+    tokens: RowMap
+    heads: RowMap
+    qkv: RowMap
+    bias: torch.Tensor
+    keep: torch.Tensor
+
+    @classmethod
+    def of(cls, attention_mask: torch.Tensor, num_heads: int, dtype: torch.dtype) -> Packing:
+        batch, length = attention_mask.shape
+        tokens = attention_mask.flatten().nonzero().flatten()
+        sequence, position = tokens.div(length, rounding_mode="floor"), tokens.remainder(length)
+        head = torch.arange(num_heads, device=tokens.device)
+        head_rows = (sequence[:, None] * num_heads + head) * length + position[:, None]  # (T, heads)
+        per_projection = batch * num_heads * length
+        projection = torch.arange(3, device=tokens.device)[:, None] * per_projection
+        qkv_rows = (projection + head_rows[:, None, :]).flatten()  # (T, 3, heads): Q|K|V's column order
+        keep = attention_mask.bool()[:, None, None, :]
+        bias = torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill(~keep, torch.finfo(dtype).min)
+        bias = bias.expand(batch, num_heads, 1, length).reshape(batch * num_heads, 1, length)
+        return cls(batch, length, num_heads, RowMap.of(tokens, batch * length),
+                   RowMap.of(head_rows.flatten(), per_projection),
+                   RowMap.of(qkv_rows, 3 * per_projection, zero_padding=False), bias, keep)
 
 
-def unpadded_attention(self_attention: nn.Module, hidden: torch.Tensor, indices: torch.Tensor,
-                       shape: tuple[int, int], mask: torch.Tensor) -> torch.Tensor:
-    """BERT self-attention on packed tokens: Q/K/V on the tokens, the product on the padded view, the context
-    gathered back to (total_tokens, hidden) (before the output projection)."""
-    batch, length = shape
-    heads, head_size = self_attention.num_attention_heads, self_attention.attention_head_size
-    qkv = torch.cat([self_attention.query(hidden), self_attention.key(hidden), self_attention.value(hidden)], -1)
-    qkv = unpack(qkv, indices, batch, length).view(batch, length, 3, heads, head_size).permute(2, 0, 3, 1, 4)
-    implementation = self_attention.config._attn_implementation
-    interface = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
-    context, _ = interface(
-        self_attention, qkv[0], qkv[1], qkv[2], mask,
-        dropout=self_attention.dropout.p if self_attention.training else 0.0, scaling=self_attention.scaling,
-    )
-    return pack(context.reshape(batch, length, heads * head_size), indices)
+class _QKVProjection(torch.autograd.Function):
+    """Q | K | V = hidden @ [Wq; Wk; Wv]^T + [bq; bk; bv] as one GEMM, and one GEMM for the weight gradients.
+
+    The hidden states come in once per projection (the same tensor three times) and get one gradient each, which
+    autograd adds up in the order it adds the three linear layers' (value, key, query): so the hidden-state
+    gradient is the padded path's to the last bit, not a 3x-deep product's (which rounds differently). Saves what
+    the three layers would, not the stacked weight."""
+
+    @staticmethod
+    @torch.amp.custom_fwd(device_type="cpu")
+    def forward(ctx, value_input, key_input, query_input, query_weight, query_bias, key_weight, key_bias,
+                value_weight, value_bias):
+        weights = (query_weight, key_weight, value_weight)
+        ctx.save_for_backward(query_input, *weights)
+        return torch.addmm(torch.cat([query_bias, key_bias, value_bias]), query_input, torch.cat(weights).t())
+
+    @staticmethod
+    @torch.amp.custom_bwd(device_type="cpu")
+    def backward(ctx, grad):
+        hidden, *weights = ctx.saved_tensors
+        sizes = [w.shape[0] for w in weights]
+        parts = grad.split(sizes, dim=1)
+        to_hidden = [part.mm(weight.to(grad.dtype)) for part, weight in zip(parts, weights)]
+        grad_weights = grad.t().mm(hidden.to(grad.dtype)).split(sizes)
+        grad_biases = grad.sum(0).split(sizes)
+        value_grad, key_grad, query_grad = reversed(to_hidden)
+        return value_grad, key_grad, query_grad, *(g for pair in zip(grad_weights, grad_biases) for g in pair)
 
 
-def unpadded_layer(layer: nn.Module, hidden: torch.Tensor, indices: torch.Tensor, shape: tuple[int, int],
-                   mask: torch.Tensor) -> torch.Tensor:
+def fused_qkv(self_attention: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """Q | K | V of packed tokens, (total_tokens, 3 * hidden): one GEMM when the three projections are plain
+    linear layers, the modules' own forwards otherwise (LoRA layers inside a PEFT model, hooked modules)."""
+    projections = (self_attention.query, self_attention.key, self_attention.value)
+    if all(type(m) is nn.Linear and m.bias is not None and not (m._forward_hooks or m._forward_pre_hooks)
+           for m in projections):
+        return _QKVProjection.apply(hidden, hidden, hidden, *(p for m in projections for p in (m.weight, m.bias)))
+    return torch.cat([m(hidden) for m in projections], -1)
+
+
+def attend(self_attention: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+           packing: Packing) -> torch.Tensor:
+    """Attention on the padded (b * heads, L, head_dim) views, (b * heads, L, head_dim) out.
+
+    With dropout (training; this route runs on CPU only) or eager attention: explicit, the mask added inside the
+    score GEMM, then softmax in fp32 and the module's own dropout (`FastDropout` where installed), as the padded
+    path's attention functions do. Otherwise SDPA."""
+    dropout = self_attention.dropout
+    implementation = self_attention.config._attn_implementation or "eager"
+    if (not self_attention.training or dropout.p == 0) and implementation != "eager":
+        shape = (packing.batch, packing.num_heads, packing.length, query.shape[-1])
+        context = nn.functional.scaled_dot_product_attention(
+            query.view(shape), key.view(shape), value.view(shape), attn_mask=packing.keep,
+            scale=self_attention.scaling)
+        return context.reshape(query.shape)
+    bias = packing.bias.to(query.dtype)
+    scores = torch.baddbmm(bias, query, key.transpose(1, 2), alpha=self_attention.scaling)
+    probabilities = torch.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)
+    return torch.bmm(dropout(probabilities), value)
+
+
+def unpadded_attention(self_attention: nn.Module, hidden: torch.Tensor, packing: Packing) -> torch.Tensor:
+    """BERT self-attention on packed tokens: Q/K/V on the tokens, unpacked straight into per-head padded views
+    for the product, the context packed back to (total_tokens, hidden) (before the output projection)."""
+    head_size = self_attention.attention_head_size
+    views = packing.batch * packing.num_heads
+    qkv = packing.qkv.unpack(fused_qkv(self_attention, hidden).view(-1, head_size))
+    query, key, value = qkv.view(3, views, packing.length, head_size).unbind(0)
+    context = attend(self_attention, query, key, value, packing)
+    return packing.heads.pack(context.reshape(-1, head_size)).view(hidden.shape[0], -1)
+
+
+def unpadded_layer(layer: nn.Module, hidden: torch.Tensor, packing: Packing) -> torch.Tensor:
     """One BERT layer on packed tokens (its own attention, output and feed-forward modules)."""
-    context = unpadded_attention(layer.attention.self, hidden, indices, shape, mask)
+    context = unpadded_attention(layer.attention.self, hidden, packing)
     attended = layer.attention.output(context, hidden)  # dense, dropout, LayerNorm(. + residual)
     return layer.output(layer.intermediate(attended), attended)
 
@@ -209,21 +348,20 @@ def unpadded_forward(
     it). Layers are checkpointed (non-reentrant) when the backbone has gradient checkpointing on and trains."""
     model = base_model(backbone)
     batch, length = attention_mask.shape
-    indices = attention_mask.flatten().nonzero().flatten()
-    hidden = packed_embeddings(model, indices, input_ids, token_type_ids, position_ids, inputs_embeds)
-    mask = padding_mask(attention_mask, model.config._attn_implementation or "eager", hidden.dtype)
+    packing = Packing.of(attention_mask, model.config.num_attention_heads, torch.get_autocast_dtype("cpu")
+                         if torch.is_autocast_enabled("cpu") else model.dtype)
+    hidden = packed_embeddings(model, packing.tokens, input_ids, token_type_ids, position_ids, inputs_embeds)
     states = [hidden] if output_hidden_states else None
     for layer in model.encoder.layer:
-        run = partial(unpadded_layer, layer, indices=indices, shape=(batch, length), mask=mask)
+        run = partial(unpadded_layer, layer, packing=packing)
         if getattr(layer, "gradient_checkpointing", False) and layer.training and torch.is_grad_enabled():
             hidden = checkpoint(run, hidden, use_reentrant=False)
         else:
             hidden = run(hidden)
         if states is not None:
             states.append(hidden)
-    padded = None if states is None else tuple(unpack(s, indices, batch, length) for s in states)
-    last = padded[-1] if padded is not None else unpack(hidden, indices, batch, length)
-    return BaseModelOutput(last_hidden_state=last, hidden_states=padded)
+    padded = tuple(packing.tokens.unpack(s).view(batch, length, -1) for s in (states or [hidden]))
+    return BaseModelOutput(last_hidden_state=padded[-1], hidden_states=padded if states is not None else None)
 
 
 # ---------------------------------------------------------------------- the CUDA varlen route

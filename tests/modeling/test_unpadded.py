@@ -71,6 +71,29 @@ def test_unpadded_equals_padded_forward_and_gradients(tiny_backbone_dir, pooling
     assert forward <= TOLERANCE and gradient <= TOLERANCE
 
 
+@pytest.mark.parametrize("pooling", ["mean", "max"])
+def test_explicit_attention_equals_padded(tiny_backbone_dir, pooling):
+    """Eager attention takes the explicit route (mask in the score GEMM, fp32 softmax), as training with dropout
+    does; with dropout 0 it equals transformers' own eager forward and gradients."""
+    forward, gradient = max_differences(tiny_backbone_dir, pooling, attn_implementation="eager")
+    print(f"{tiny_backbone_dir.name} {pooling} eager: forward {forward:.2e}, gradient {gradient:.2e}")
+    assert forward <= TOLERANCE and gradient <= TOLERANCE
+
+
+def test_lora_projections_run_unfused_and_match(tiny_bert_dir):
+    """LoRA layers on query and value: the fused Q|K|V GEMM steps aside for the modules' own forwards."""
+    calls = []
+    original = unpadded._QKVProjection.apply
+    unpadded._QKVProjection.apply = lambda *a: calls.append(1) or original(*a)
+    try:
+        forward, gradient = max_differences(tiny_bert_dir, "mean", peft={"r": 4, "lora_alpha": 8,
+                                                                         "init_lora_weights": False})
+    finally:
+        unpadded._QKVProjection.apply = original
+    assert not calls, "the fused projection ran on LoRA layers"
+    assert forward <= TOLERANCE and gradient <= TOLERANCE
+
+
 @pytest.mark.parametrize("pooling_layer", [0, 1])
 def test_unpadded_equals_padded_at_other_layers(tiny_backbone_dir, pooling_layer):
     forward, gradient = max_differences(tiny_backbone_dir, "mean", pooling_layer=pooling_layer)
