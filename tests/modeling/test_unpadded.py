@@ -94,6 +94,19 @@ def test_lora_projections_run_unfused_and_match(tiny_bert_dir):
     assert forward <= TOLERANCE and gradient <= TOLERANCE
 
 
+def test_packed_rows_come_in_buckets_of_real_tokens_then_padding():
+    mask = torch.zeros(9, 20, dtype=torch.long)
+    for row, length in enumerate([20, 3, 7, 1, 12, 20, 5, 9, 2]):
+        mask[row, :length] = 1
+    packing = unpadded.Packing.of(mask, num_heads=2, dtype=torch.float32)
+    real = mask.flatten().nonzero().flatten()
+    assert len(packing.tokens.rows) == 128 and 128 % unpadded.TOKEN_BUCKET == 0  # 79 real + 49 padding
+    assert torch.equal(packing.tokens.rows[:79], real) and (mask.flatten()[packing.tokens.rows[79:]] == 0).all()
+    assert torch.equal(packing.output.rows, real)
+    small = unpadded.Packing.of(mask[:2, :5], num_heads=2, dtype=torch.float32)
+    assert len(small.tokens.rows) == 10  # never more rows than the padded batch has
+
+
 @pytest.mark.parametrize("pooling_layer", [0, 1])
 def test_unpadded_equals_padded_at_other_layers(tiny_backbone_dir, pooling_layer):
     forward, gradient = max_differences(tiny_backbone_dir, "mean", pooling_layer=pooling_layer)
