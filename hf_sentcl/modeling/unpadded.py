@@ -3,8 +3,9 @@
 In a padded batch every token-wise operation of a BERT layer (Q/K/V projections, attention output projection,
 feed-forward block, LayerNorm, dropout, GELU) also runs on the padding, a third of the positions in shuffled
 batches of short sentences. `unpadded_forward` packs the real tokens once (the flat indices of the attention
-mask's ones), runs the embedding module and every layer's linear / LayerNorm / feed-forward modules on a
-(total_tokens, hidden) tensor, and only the attention product sees the padded shape:
+mask's ones, rounded up to a multiple of `TOKEN_BUCKET` with padding positions so that tensor sizes repeat),
+runs the embedding module and every layer's linear / LayerNorm / feed-forward modules on a (total_tokens, hidden)
+tensor, and only the attention product sees the padded shape:
 - Q, K and V come from one GEMM (`_QKVProjection`, whose hidden-state gradient is the three layers' to the bit)
   and are gathered straight into per-head (b * heads, L, head_dim) views (`RowMap`: packing and unpacking are
   both `index_select` gathers, each the other's backward);
@@ -19,9 +20,11 @@ LoRA layers inside a PEFT model), so weights, saving and export are unaffected, 
 states are returned padded (zeros on padding), so pooling and every consumer stay as they are.
 
 Which route a forward takes is `choose_route`:
-- `unpadded`: this module (BERT, RoBERTa, XLM-R, CamemBERT with eager / SDPA attention) on the CPU. The packed
-  shape depends on how many tokens are real, so packing reads that count on the host: free on a CPU, a stall in
-  every forward on a GPU, where the padded SDPA path runs instead (and the training step makes no host read);
+- `unpadded`: this module (BERT, RoBERTa, XLM-R, CamemBERT with eager / SDPA attention) on the CPU, for batches
+  with more than 10% padding (`DENSE_SHARE`; fuller ones, such as `encode`'s length-sorted batches, run padded).
+  The packed shape depends on how many tokens are real, so packing reads that count on the host: free on a CPU, a
+  stall in every forward on a GPU, where the padded SDPA path runs instead (and the training step makes no host
+  read);
 - `flattened`: on CUDA with a FlashAttention kernel (`attn_implementation: flash_attention_2`), transformers' own
   padding-free route: the batch flattened as `DataCollatorWithFlattening` does (one row of tokens, position ids
   restarting per sequence at `position_ids_start`, `cu_seq_lens_*` for the varlen kernel);
@@ -50,6 +53,9 @@ SUPPORTED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "camembert")
 #: attention functions that take a padded (b, heads, L, d) view and a mask: the unpadded route's
 PADDED_VIEW_ATTENTION = ("eager", "sdpa", "sdpa_fast_dropout")
 ROUTES = ("unpadded", "flattened", "padded")
+#: batches whose real tokens fill at least this share of the positions run padded: packing costs about what it
+#: saves there (`encode` sorts sentences by length, so its batches are nearly full)
+DENSE_SHARE = 0.9
 #: packed token counts are rounded up to a multiple of this with padding positions (see `Packing`)
 TOKEN_BUCKET = 64
 
@@ -202,7 +208,7 @@ def has_row_hooks(embeddings: nn.Module) -> bool:
 
 def packed_embeddings(model: nn.Module, tokens: RowMap, input_ids, token_type_ids, position_ids,
                       inputs_embeds) -> torch.Tensor:
-    """The embedding output of the real tokens, (total_tokens, hidden). Computed on the packed tokens (one row of
+    """The embedding output of the packed tokens, (total_tokens, hidden). Computed on the packed tokens (one row of
     total_tokens, each with its own position id), or on the padded batch and then packed when the module carries
     hooks (they see the shapes of the padded forward) or the input is `inputs_embeds`."""
     embeddings = model.embeddings
@@ -425,6 +431,8 @@ def run_backbone(backbone: nn.Module, unpadded: bool = True, *, input_ids=None, 
     route = backbone_route(backbone, reference.device, unpadded) if attention_mask is not None else "padded"
     if backbone._forward_hooks or backbone._forward_pre_hooks:
         route = "padded"  # hooks on the backbone expect its own forward to run
+    if route == "unpadded" and attention_mask.sum() >= DENSE_SHARE * attention_mask.numel():
+        route = "padded"  # almost no padding to skip (this route runs on the CPU: the host read is free)
     if route == "flattened" and (token_type_ids is not None or position_ids is not None or input_ids is None):
         route = "padded"  # the flattened batch carries its own positions and no token types
     if route == "unpadded":

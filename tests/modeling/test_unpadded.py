@@ -94,6 +94,21 @@ def test_lora_projections_run_unfused_and_match(tiny_bert_dir):
     assert forward <= TOLERANCE and gradient <= TOLERANCE
 
 
+def test_nearly_full_batches_run_padded(tiny_bert_dir):
+    encoder = SentenceEncoder.from_backbone(str(tiny_bert_dir), pooling="mean")
+    calls = []
+    original = unpadded.unpadded_forward
+    unpadded.unpadded_forward = lambda *a, **k: calls.append(1) or original(*a, **k)
+    try:
+        full = encoder.tokenizer(["one two three four"] * 4, padding=True, return_tensors="pt")
+        encoder(input_ids=full["input_ids"], attention_mask=full["attention_mask"])
+        assert not calls, "a batch without padding took the unpadded route"
+        encoder(**mixed_batch(encoder))
+        assert calls == [1]
+    finally:
+        unpadded.unpadded_forward = original
+
+
 def test_packed_rows_come_in_buckets_of_real_tokens_then_padding():
     mask = torch.zeros(9, 20, dtype=torch.long)
     for row, length in enumerate([20, 3, 7, 1, 12, 20, 5, 9, 2]):
