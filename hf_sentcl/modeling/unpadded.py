@@ -177,14 +177,9 @@ class _Unpack(torch.autograd.Function):
         return grad.index_select(0, ctx.row_map.rows), None
 
 
-def pack(states: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
-    """(b, L, ...) -> (total_tokens, ...): the rows at the flat `indices` of the real tokens."""
-    return RowMap.of(indices, states.shape[0] * states.shape[1]).pack(states.flatten(0, 1))
-
-
-def unpack(tokens: torch.Tensor, indices: torch.Tensor, batch: int, length: int) -> torch.Tensor:
-    """(total_tokens, ...) -> (b, L, ...), zeros on padding (the inverse of `pack` on the real tokens)."""
-    return RowMap.of(indices, batch * length).unpack(tokens).view(batch, length, *tokens.shape[1:])
+def real_tokens(attention_mask: torch.Tensor) -> RowMap:
+    """The real tokens of a (b, L) attention mask in its flattened (b * L) rows."""
+    return RowMap.of(attention_mask.flatten().nonzero().flatten(), attention_mask.numel())
 
 
 def default_position_ids(embeddings: nn.Module, input_ids: torch.Tensor | None, shape: torch.Size) -> torch.Tensor:
@@ -255,12 +250,11 @@ class Packing:
     @classmethod
     def of(cls, attention_mask: torch.Tensor, num_heads: int, dtype: torch.dtype) -> Packing:
         batch, length = attention_mask.shape
-        real = attention_mask.flatten().bool()
-        tokens = real.nonzero().flatten()
-        output = RowMap.of(tokens, batch * length)
+        output = real_tokens(attention_mask)
+        tokens = output.rows
         fill = min(-len(tokens) % TOKEN_BUCKET, batch * length - len(tokens))
         if fill:
-            tokens = torch.cat([tokens, (~real).nonzero().flatten()[:fill]])
+            tokens = torch.cat([tokens, (attention_mask.flatten() == 0).nonzero().flatten()[:fill]])
         sequence, position = tokens.div(length, rounding_mode="floor"), tokens.remainder(length)
         head = torch.arange(num_heads, device=tokens.device)
         head_rows = (sequence[:, None] * num_heads + head) * length + position[:, None]  # (T, heads)
@@ -386,18 +380,19 @@ def unpadded_forward(
 
 
 # ---------------------------------------------------------------------- the CUDA varlen route
-def flattened_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids_start: int = 0) -> dict:
+def flattened_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids_start: int = 0,
+                    tokens: RowMap | None = None) -> dict:
     """What `DataCollatorWithFlattening(return_flash_attn_kwargs=True, position_ids_start=...)` makes of the
-    batch's real tokens, built on the batch's device: input_ids and position_ids (1, total_tokens),
-    cu_seq_lens_q/k (int32) and max_length_q/k."""
+    batch's real tokens (`tokens`: their `real_tokens` map, when the caller has it), built on the batch's device:
+    input_ids and position_ids (1, total_tokens), cu_seq_lens_q/k (int32) and max_length_q/k."""
+    tokens = tokens if tokens is not None else real_tokens(attention_mask)
     lengths = attention_mask.sum(dim=1)
-    indices = attention_mask.flatten().nonzero().flatten()
     positions = attention_mask.cumsum(dim=1) - 1 + position_ids_start
     cu_seq_lens = torch.nn.functional.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)
     longest = int(lengths.max())
     return {
-        "input_ids": pack(input_ids, indices).unsqueeze(0),
-        "position_ids": pack(positions, indices).unsqueeze(0),
+        "input_ids": tokens.pack(input_ids.flatten()).unsqueeze(0),
+        "position_ids": tokens.pack(positions.flatten()).unsqueeze(0),
         "cu_seq_lens_q": cu_seq_lens, "cu_seq_lens_k": cu_seq_lens, "max_length_q": longest, "max_length_k": longest,
     }
 
@@ -413,12 +408,11 @@ def position_ids_start(backbone: nn.Module) -> int:
 def flattened_forward(backbone: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                       output_hidden_states: bool = False) -> BaseModelOutput:
     """transformers' padding-free route (FlashAttention varlen over one flattened row); padded states back."""
-    flat = flattened_batch(input_ids, attention_mask, position_ids_start(backbone))
+    tokens = real_tokens(attention_mask)
+    flat = flattened_batch(input_ids, attention_mask, position_ids_start(backbone), tokens)
     outputs = backbone(**flat, output_hidden_states=output_hidden_states, return_dict=True)
-    indices = attention_mask.flatten().nonzero().flatten()
-    batch, length = attention_mask.shape
     states = outputs.hidden_states if output_hidden_states else (outputs.last_hidden_state,)
-    padded = tuple(unpack(s.squeeze(0), indices, batch, length) for s in states)
+    padded = tuple(tokens.unpack(s.squeeze(0)).view(*attention_mask.shape, -1) for s in states)
     return BaseModelOutput(last_hidden_state=padded[-1], hidden_states=padded if output_hidden_states else None)
 
 

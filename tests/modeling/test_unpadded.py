@@ -4,6 +4,7 @@ backbone families; the route decision (CPU, CUDA + FlashAttention, fallbacks) an
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -40,14 +41,21 @@ def embeddings_and_grads(encoder: SentenceEncoder, batch: dict, unpadded: bool):
     return embeddings.detach(), grads
 
 
-def max_differences(directory, pooling: str, **overrides) -> tuple[float, float]:
+@contextmanager
+def counted(owner, name: str):
+    """Counts the calls of `owner.name` inside the block (the list of calls is yielded)."""
     calls = []
-    original = unpadded.unpadded_forward
-    unpadded.unpadded_forward = lambda *a, **k: calls.append(1) or original(*a, **k)
+    original = getattr(owner, name)
+    setattr(owner, name, lambda *a, **k: calls.append(1) or original(*a, **k))
     try:
-        forward, gradient = _max_differences(directory, pooling, **overrides)
+        yield calls
     finally:
-        unpadded.unpadded_forward = original
+        setattr(owner, name, original)
+
+
+def max_differences(directory, pooling: str, **overrides) -> tuple[float, float]:
+    with counted(unpadded, "unpadded_forward") as calls:
+        forward, gradient = _max_differences(directory, pooling, **overrides)
     assert len(calls) == 1, "the unpadded run did not take the unpadded route"
     return forward, gradient
 
@@ -82,31 +90,21 @@ def test_explicit_attention_equals_padded(tiny_backbone_dir, pooling):
 
 def test_lora_projections_run_unfused_and_match(tiny_bert_dir):
     """LoRA layers on query and value: the fused Q|K|V GEMM steps aside for the modules' own forwards."""
-    calls = []
-    original = unpadded._QKVProjection.apply
-    unpadded._QKVProjection.apply = lambda *a: calls.append(1) or original(*a)
-    try:
+    with counted(unpadded._QKVProjection, "apply") as calls:
         forward, gradient = max_differences(tiny_bert_dir, "mean", peft={"r": 4, "lora_alpha": 8,
                                                                          "init_lora_weights": False})
-    finally:
-        unpadded._QKVProjection.apply = original
     assert not calls, "the fused projection ran on LoRA layers"
     assert forward <= TOLERANCE and gradient <= TOLERANCE
 
 
 def test_nearly_full_batches_run_padded(tiny_bert_dir):
     encoder = SentenceEncoder.from_backbone(str(tiny_bert_dir), pooling="mean")
-    calls = []
-    original = unpadded.unpadded_forward
-    unpadded.unpadded_forward = lambda *a, **k: calls.append(1) or original(*a, **k)
-    try:
+    with counted(unpadded, "unpadded_forward") as calls:
         full = encoder.tokenizer(["one two three four"] * 4, padding=True, return_tensors="pt")
         encoder(input_ids=full["input_ids"], attention_mask=full["attention_mask"])
         assert not calls, "a batch without padding took the unpadded route"
         encoder(**mixed_batch(encoder))
         assert calls == [1]
-    finally:
-        unpadded.unpadded_forward = original
 
 
 def test_packed_rows_come_in_buckets_of_real_tokens_then_padding():
