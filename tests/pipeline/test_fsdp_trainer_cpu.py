@@ -54,5 +54,6 @@ def test_hang_dump_prints_the_stacks_and_ends_the_run(recipe, tmp_path):
     result = run([sys.executable, "-m", "hf_sentcl.run", str(recipe), "--use_cpu", "true"], dump_after=0.5,
                  timeout=120)
     assert result.returncode == 1
-    assert "Timeout (0:00:00.500000)!" in result.stderr and "hf_sentcl/cli/train.py" in result.stderr
+    # faulthandler prints at most 100 frames, innermost first: deep in an import, hf_sentcl's own frames fall off
+    assert "Timeout (0:00:00.500000)!" in result.stderr and "(most recent call first)" in result.stderr
     assert not (tmp_path / "out" / "results.json").exists()
