@@ -165,9 +165,12 @@ def write_run_recipe(workdir: Path) -> Path:
 def hang_summary(log: str) -> str | None:
     """Where a run was when `HF_SENTCL_HANG_DUMP_S` fired (None: it did not): the innermost frame of its main thread
     (the thread whose stack holds hf_sentcl's frames), then its innermost hf_sentcl frames, innermost first."""
-    if "Timeout (" not in log:
+    from hf_sentcl.common.logs import HANG_DUMP_HEADER
+
+    starts = [log.find(header) for header in (HANG_DUMP_HEADER, "Timeout (") if header in log]
+    if not starts:
         return None
-    blocks = log.split("Timeout (", 1)[1].split("\n\n")
+    blocks = log[min(starts):].split("\n\n")
     main = next((b for b in blocks if "hf_sentcl/" in b), blocks[0])
     frames = [line.strip() for line in main.splitlines() if line.strip().startswith("File ")]
 

@@ -53,7 +53,8 @@ def test_hang_dump_prints_the_stacks_and_ends_the_run(recipe, tmp_path):
     """HF_SENTCL_HANG_DUMP_S=N: a run still going after N seconds prints every thread's stack and exits 1."""
     result = run([sys.executable, "-m", "hf_sentcl.run", str(recipe), "--use_cpu", "true"], dump_after=0.5,
                  timeout=120)
-    assert result.returncode == 1
+    assert result.returncode == 1, result.stderr[-4000:]
     # faulthandler prints at most 100 frames, innermost first: deep in an import, hf_sentcl's own frames fall off
-    assert "Timeout (0:00:00.500000)!" in result.stderr and "(most recent call first)" in result.stderr
+    assert "HF_SENTCL_HANG_DUMP_S: still running after 0.5 s" in result.stderr
+    assert "(most recent call first)" in result.stderr
     assert not (tmp_path / "out" / "results.json").exists()
