@@ -250,11 +250,12 @@ class Packing:
     @classmethod
     def of(cls, attention_mask: torch.Tensor, num_heads: int, dtype: torch.dtype) -> Packing:
         batch, length = attention_mask.shape
-        output = real_tokens(attention_mask)
+        output = packed = real_tokens(attention_mask)
         tokens = output.rows
         fill = min(-len(tokens) % TOKEN_BUCKET, batch * length - len(tokens))
         if fill:
             tokens = torch.cat([tokens, (attention_mask.flatten() == 0).nonzero().flatten()[:fill]])
+            packed = RowMap.of(tokens, batch * length)
         sequence, position = tokens.div(length, rounding_mode="floor"), tokens.remainder(length)
         head = torch.arange(num_heads, device=tokens.device)
         head_rows = (sequence[:, None] * num_heads + head) * length + position[:, None]  # (T, heads)
@@ -264,7 +265,7 @@ class Packing:
         keep = attention_mask.bool()[:, None, None, :]
         bias = torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill(~keep, torch.finfo(dtype).min)
         bias = bias.expand(batch, num_heads, 1, length).reshape(batch * num_heads, 1, length)
-        return cls(batch, length, num_heads, RowMap.of(tokens, batch * length), output,
+        return cls(batch, length, num_heads, packed, output,
                    RowMap.of(head_rows.flatten(), per_projection),
                    RowMap.of(qkv_rows, 3 * per_projection, zero_padding=False), bias, keep)
 
