@@ -29,6 +29,9 @@ class MethodSpec:
     paper: str | None = None
     #: the folder, inside output_dir, of a chained method's first stage (a run folder of its own)
     stage_dirname: str | None = None
+    #: why the method cannot train with sharded weights (FSDP, ZeRO-3): the weights it uses outside the encoder's
+    #: forward, where those configs leave them sharded; None when it can
+    sharded_weights_problem: str | None = None
 
     @staticmethod
     def _load(path: str):
@@ -179,6 +182,8 @@ register_method(
         trainer_path="hf_sentcl.trainers.self_guided.SelfGuidedTrainer",
         text_columns=("text",),
         summary="Self-guided contrastive learning, SG / SG-OPT: [CLS] vs. a frozen copy's layer views (Kim et al. 2021).",
+        sharded_weights_problem="its frozen copy, projection head and parameter-distance regularizer use the "
+        "encoder's weights outside its forward",
     )
 )
 
@@ -206,5 +211,6 @@ register_method(
         trainer_path="hf_sentcl.trainers.clear.CLEARTrainer",
         text_columns=("text",),
         summary="CLEAR: MLM on the original + NT-Xent between two augmented views (Wu et al. 2020).",
+        sharded_weights_problem="its MLM and projection heads run outside the encoder's forward",
     )
 )

@@ -113,8 +113,9 @@ def save_adapter(encoder: nn.Module, directory: str | Path) -> Path:
 def parameter_counts(model: nn.Module) -> dict[str, float]:
     """Trainable and total parameters of `model` (shared tensors counted once), and the trainable share in %."""
     unique = {id(p): p for p in model.parameters()}.values()
-    total = sum(p.numel() for p in unique)
-    trainable = sum(p.numel() for p in unique if p.requires_grad)
+    numel = {id(p): getattr(p, "ds_numel", None) or p.numel() for p in unique}  # ZeRO-3 partitions hold 0 locally
+    total = sum(numel[id(p)] for p in unique)
+    trainable = sum(numel[id(p)] for p in unique if p.requires_grad)
     return {"trainable_parameters": trainable, "total_parameters": total, "trainable_percent": 100 * trainable / total}
 
 

@@ -6,8 +6,11 @@ user asked for or hang:
 - FSDP on a machine without accelerators: accelerate enables FSDP only for accelerator devices, so `fsdp.yaml` on
   CPUs silently trains plain gloo DDP with whole weights on every process. DeepSpeed configs run there: DeepSpeed
   falls back to its CPU accelerator (gloo without oneCCL) and shards as asked;
-- ConSERT's supervised modes under FSDP or ZeRO-3: its NLI classifier's weight is read outside any forward, where
-  those configs leave it sharded (ZeRO-3 hands out an empty tensor);
+- ZeRO-3 with `zero3_init_flag: true`: the encoder would be built already partitioned, which the "before"
+  evaluation, the parameter counts and the training heads (built whole, in fp32) cannot work with;
+- methods that use weights outside the encoder's forward under FSDP or ZeRO-3 (SG/SG-OPT, CLEAR: the registry's
+  `sharded_weights_problem`; ConSERT's supervised modes: its NLI classifier), where those configs leave them
+  sharded (ZeRO-3 hands out an empty tensor);
 - LoRA under FSDP or ZeRO-3: adapters would be merged into sharded weights and saved from process 0's shard;
 - plain `python -m hf_sentcl.run` on a host with several GPUs: Trainer would wrap the encoder in `DataParallel`,
   whose replicas see row chunks (ConSERT's hooks raise, gathered negatives shrink);
@@ -25,6 +28,8 @@ import os
 from typing import TYPE_CHECKING, Any
 
 import torch
+
+from hf_sentcl.methods import get_method
 
 if TYPE_CHECKING:
     from hf_sentcl.recipe.parser import Recipe
@@ -70,6 +75,20 @@ def sharding_problem(args, accelerator: bool) -> str | None:
     )
 
 
+def zero3_init_problem(args) -> str | None:
+    """Why the DeepSpeed config's `zero3_init_flag` cannot be honoured (None when it is off, or without DeepSpeed)."""
+    plugin = getattr(args, "deepspeed_plugin", None)
+    if plugin is None or not getattr(plugin, "zero3_init_flag", False):
+        return None
+    return (
+        "the DeepSpeed config sets zero3_init_flag: true (or leaves it unset in a `deepspeed` JSON file, where it "
+        "defaults to true for ZeRO-3), which builds the encoder already partitioned across the processes; hf_sentcl "
+        "builds it whole on every process (the untouched encoder is evaluated before training, its training heads "
+        "are built beside it) and DeepSpeed partitions it when training starts. Set zero3_init_flag: false, as "
+        f"{CONFIGS}/deepspeed_zero3.yaml does (or export ACCELERATE_DEEPSPEED_ZERO3_INIT=false)."
+    )
+
+
 def method_sharding_problem(recipe: Recipe) -> str | None:
     """Why the method cannot train under the requested sharding (weights read outside the forward), or None."""
     sharding = requested_sharding(recipe.training)
@@ -80,6 +99,11 @@ def method_sharding_problem(recipe: Recipe) -> str | None:
             f"LoRA ('peft') cannot run under {sharding} here: the adapters would be merged into sharded weights and "
             f"saved by process 0 from its shard. Use a DDP ({CONFIGS}/ddp*.yaml) or ZeRO-2 "
             f"({CONFIGS}/deepspeed_zero2.yaml) config: LoRA's small optimizer state rarely needs sharding."
+        )
+    if reason := get_method(recipe.method).sharded_weights_problem:
+        return (
+            f"method {recipe.method} cannot run under {sharding}: {reason}, where that config leaves them sharded. "
+            f"Use a DDP ({CONFIGS}/ddp*.yaml) or ZeRO-2 ({CONFIGS}/deepspeed_zero2.yaml) config."
         )
     mode = getattr(recipe.training, "supervised_mode", "unsup")
     if recipe.method == "consert" and mode != "unsup":
@@ -129,7 +153,8 @@ def check_topology(recipe: Recipe) -> None:
     from hf_sentcl.recipe.parser import RecipeError
 
     args = recipe.training
-    problems = [p for p in (method_sharding_problem(recipe), sharding_problem(args, has_accelerator())) if p]
+    problems = [p for p in (method_sharding_problem(recipe), sharding_problem(args, has_accelerator()),
+                            zero3_init_problem(args)) if p]
     problems += process_group_problems(recipe)
     if problem := data_parallel_problem(args, torch.cuda.device_count()):
         problems.append(problem)

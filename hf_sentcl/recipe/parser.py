@@ -253,9 +253,6 @@ def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
         raise RecipeError(f"{path}: not valid YAML ({err}).") from err
     if not isinstance(content, dict):
         raise RecipeError(f"{path}: a recipe is a flat mapping of key: value, got {type(content).__name__}.")
-    nested = [k for k, v in content.items() if isinstance(v, dict) and k not in ("peft",)]
-    if nested:
-        raise RecipeError(f"{path}: recipes are flat; key '{nested[0]}' holds a mapping. Write its keys at top level.")
     return content
 
 
@@ -292,6 +289,12 @@ def parse_recipe(recipe_path: str | os.PathLike | None, argv: Sequence[str] = ()
         raise RecipeError(f"{where}: {err.args[0]}") from err
 
     unknown = [k for k in values if k not in parser.hints]
+    # a mapping is a value only for a key whose type takes one (peft, accelerator_config, lr_scheduler_kwargs, ...)
+    if nested := [k for k in unknown if isinstance(values[k], dict)]:
+        raise RecipeError(
+            f"{where}: recipes are flat; key '{nested[0]}' holds a mapping but is not a key. Write its keys at top "
+            "level."
+        )
     if unknown:
         import difflib
 

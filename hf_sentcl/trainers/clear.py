@@ -194,7 +194,7 @@ class CLEARTrainer(TrainingHeadsMixin, ContrastiveTrainer):
         if isinstance(train_dataset, Dataset):
             train_dataset = with_example_index(train_dataset)
         super().__init__(model=model, args=args, data_collator=data_collator, train_dataset=train_dataset, **kwargs)
-        refuse_sharded_weights(self, "clear", "its MLM and projection heads run outside the encoder's forward")
+        refuse_sharded_weights(self, "clear")
         self.heads = self.keep_training_head(heads, HEADS_FILE)
         self.add_callback(CollatorEpoch(data_collator))
 

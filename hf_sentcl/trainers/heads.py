@@ -16,6 +16,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from hf_sentcl.methods import get_method
+
 
 def attach_training_head(encoder: nn.Module, name: str, head: nn.Module) -> nn.Module:
     """Register `head` as submodule `name` of `encoder` (on its device and dtype) and keep it out of
@@ -52,14 +54,16 @@ def check_raw_cls_encoder(config, method: str, head_keys: str) -> None:
         raise ValueError(f"method {method}: 'pooling' must be cls or cls_before_pooler, got '{config.pooling}'.")
 
 
-def refuse_sharded_weights(trainer, method: str, reason: str) -> None:
-    """Refuse FSDP and DeepSpeed ZeRO-3 for a method that uses weights outside the encoder's forward (`reason`),
-    where those configs leave them sharded."""
+def refuse_sharded_weights(trainer, method: str) -> None:
+    """Refuse FSDP and DeepSpeed ZeRO-3 for a method that uses weights outside the encoder's forward (its registry
+    entry's `sharded_weights_problem`), where those configs leave them sharded. A recipe run is refused earlier,
+    before any work (`hf_sentcl.recipe.parallelism`); this covers trainers built in Python."""
     plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
     if trainer.is_fsdp_enabled or (plugin is not None and plugin.zero_stage == 3):
         raise ValueError(
-            f"method {method} cannot run under FSDP or DeepSpeed ZeRO-3: {reason}, where weights are sharded. Use "
-            "a DDP (ddp*.yaml) or ZeRO-2 accelerate config."
+            f"method {method} cannot run under FSDP or DeepSpeed ZeRO-3: "
+            f"{get_method(method).sharded_weights_problem}, where weights are sharded. Use a DDP (ddp*.yaml) or "
+            "ZeRO-2 accelerate config."
         )
 
 

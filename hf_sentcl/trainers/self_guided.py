@@ -142,10 +142,7 @@ class SelfGuidedTrainer(TrainingHeadsMixin, ContrastiveTrainer):
             self.add_callback(EarlyStoppingCallback(early_stopping_patience=self.args.early_stopping_patience))
 
     def _check_parallelism(self) -> None:
-        refuse_sharded_weights(
-            self, "self_guided", "its projection head and parameter-distance regularizer use the encoder's weights "
-            "outside its forward"
-        )
+        refuse_sharded_weights(self, "self_guided")
 
     def _attach_projection_head(self, encoder: nn.Module) -> ProjectionHead:
         init_std = getattr(encoder.config.backbone_config, "initializer_range", None)

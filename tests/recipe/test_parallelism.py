@@ -16,6 +16,7 @@ from hf_sentcl.recipe.parallelism import (
     method_sharding_problem,
     process_group_problems,
     sharding_problem,
+    zero3_init_problem,
 )
 from hf_sentcl.recipe.parser import RecipeError
 from hf_sentcl.recipe.run_folder import missing_checkpoint_files
@@ -29,8 +30,10 @@ def no_launcher_env(monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
-def fake_recipe(method="simcse", world_size=1, eval_tasks=(), use_cpu=True, even_batches=True, peft=None, **training):
+def fake_recipe(method="simcse", world_size=1, eval_tasks=(), use_cpu=True, even_batches=True, peft=None,
+                deepspeed_plugin=None, **training):
     args = SimpleNamespace(world_size=world_size, use_cpu=use_cpu, fsdp=None, deepspeed=None,
+                           deepspeed_plugin=deepspeed_plugin,
                            accelerator_config=SimpleNamespace(even_batches=even_batches), **training)
     return SimpleNamespace(source="r.yaml", method=method, training=args, model=SimpleNamespace(peft=peft),
                            data=SimpleNamespace(eval_tasks=list(eval_tasks)))
@@ -95,6 +98,54 @@ def test_lora_refuses_fsdp_and_zero3(monkeypatch, env):
     monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
     monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2")
     assert method_sharding_problem(fake_recipe(peft={"r": 8})) is None
+
+
+@pytest.mark.parametrize("method", ["self_guided", "clear"])
+@pytest.mark.parametrize("env", [{"ACCELERATE_USE_FSDP": "true"},
+                                 {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3"}])
+def test_methods_using_weights_outside_the_forward_refuse_sharding_before_work(monkeypatch, method, env):
+    """SG/SG-OPT and CLEAR run heads and regularizers outside the encoder's forward: refused by the recipe check (they
+    used to be refused only once the model and data were loaded, when the trainer was built); ZeRO-2 runs them."""
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    problem = method_sharding_problem(fake_recipe(method))
+    assert problem is not None and f"method {method} cannot run under" in problem
+    assert "outside" in problem and "deepspeed_zero2.yaml" in problem
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "false")
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2")
+    assert method_sharding_problem(fake_recipe(method)) is None
+
+
+def test_zero3_init_flag_true_is_refused_naming_the_shipped_config():
+    """A ZeRO-3 config with zero3_init_flag: true would build the encoder partitioned ('weight' must be 2-D in the
+    before evaluation, ZeroDivisionError in the parameter count, one-dtype assertion with a head under bf16)."""
+    assert zero3_init_problem(fake_recipe().training) is None
+    assert zero3_init_problem(fake_recipe(deepspeed_plugin=SimpleNamespace(zero3_init_flag=False)).training) is None
+    problem = zero3_init_problem(fake_recipe(deepspeed_plugin=SimpleNamespace(zero3_init_flag=True)).training)
+    assert "zero3_init_flag: false" in problem and "deepspeed_zero3.yaml" in problem
+    with pytest.raises(RecipeError, match="zero3_init_flag"):
+        check_topology(fake_recipe(deepspeed_plugin=SimpleNamespace(zero3_init_flag=True)))
+
+
+def test_the_recipe_check_runs_the_topology_check(monkeypatch, tmp_path, tiny_bert_dir, senteval_dir):
+    """`checked` (what every run calls before loading anything) refuses a launch the topology check refuses: fsdp.yaml's
+    environment on a machine without accelerators, here with a real parsed recipe, not a stand-in."""
+    from hf_sentcl.recipe.checks import checked
+    from hf_sentcl.recipe.parser import parse_recipe
+
+    corpus = tmp_path / "train.txt"
+    corpus.write_text("a sentence\nanother one\nand a third\n")
+    recipe = parse_recipe(None, (), method="simcse", model_name_or_path=str(tiny_bert_dir), train_file=str(corpus),
+                          sts_data_dir=str(senteval_dir), output_dir=str(tmp_path / "out"),
+                          per_device_train_batch_size=2, use_cpu=True)
+    monkeypatch.setattr(parallelism, "has_accelerator", lambda: False)
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    with pytest.raises(RecipeError, match="asks for FSDP.*multi_cpu.yaml"):
+        checked(recipe)
+    assert not (tmp_path / "out").exists()  # refused before the run folder is made
+    monkeypatch.delenv("ACCELERATE_USE_FSDP")
+    checked(recipe)  # the same recipe passes without it
 
 
 def test_consert_supervised_allows_zero2(monkeypatch):

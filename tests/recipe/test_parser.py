@@ -388,3 +388,21 @@ def test_paper_recipes_state_the_global_batch(recipe, monkeypatch, tmp_path):
     assert global_batch is not None and parsed.training.per_device_train_batch_size == global_batch
     assert per_device_batch_size(global_batch, 8 if global_batch % 8 == 0 else 2) * (
         8 if global_batch % 8 == 0 else 2) == global_batch
+
+
+def test_accelerator_config_mapping_reaches_the_trainer_and_uneven_batches_are_refused(tmp_path):
+    """docs/scaling.md refuses `accelerator_config: {even_batches: false}` with several processes: a recipe can say
+    it (the parser used to reject every mapping but peft's as "recipes are flat"), and the check names it."""
+    from types import SimpleNamespace
+
+    from hf_sentcl.recipe.parallelism import process_group_problems
+
+    recipe = parse_recipe(write(tmp_path, "method: simcse\naccelerator_config: {even_batches: false}\n"))
+    assert recipe.training.accelerator_config.even_batches is False
+    two = SimpleNamespace(training=SimpleNamespace(world_size=2, accelerator_config=recipe.training.accelerator_config),
+                          data=SimpleNamespace(eval_tasks=[]))
+    assert "even_batches" in process_group_problems(two)[0]
+    recipe = parse_recipe(write(tmp_path, "method: simcse\n"), ["--accelerator_config", "{even_batches: true}"])
+    assert recipe.training.accelerator_config.even_batches is True
+    with pytest.raises(RecipeError, match="key 'max_steps' expects"):  # a mapping for a key that takes none
+        parse_recipe(write(tmp_path, "method: simcse\nmax_steps: {a: 1}\n"))
