@@ -99,8 +99,8 @@ class ConSERTConfig(PerturbationArguments, ContrastiveArguments, SentCLTrainingA
     supervised_batch_size: int | None = field(
         default=None,
         metadata={
-            "help": "sup-unsup / joint-unsup: per-device batch of the first (NLI) stage (section 4.3: SBERT's 16 for "
-            "sup-unsup); default per_device_train_batch_size."
+            "help": "sup-unsup / joint-unsup: global batch of the first (NLI) stage, over all processes (section "
+            "4.3: SBERT's 16 for sup-unsup); split like global_train_batch_size. Default: the second stage's batch."
         },
     )
     # paper defaults of the shared training arguments
@@ -133,11 +133,6 @@ class ConSERTConfig(PerturbationArguments, ContrastiveArguments, SentCLTrainingA
             raise ValueError("perturbation shifts the NT-Xent logits, but supervised_mode 'sup' has no NT-Xent.")
         if self.supervised_batch_size is not None and self.supervised_batch_size < 1:
             raise ValueError(f"supervised_batch_size must be a positive batch size, got {self.supervised_batch_size}.")
-        if self.supervised_batch_size is not None and self.global_train_batch_size is not None:
-            raise ValueError(
-                "supervised_batch_size is per device; with global_train_batch_size set use per_device_train_batch_size "
-                "instead of global_train_batch_size."
-            )
         stage_keys = [k for k in STAGE_KEYS if getattr(self, k)]
         if stage_keys and self.supervised_mode not in CHAINED_MODES:
             raise ValueError(

@@ -255,12 +255,20 @@ def consert_stages(recipe) -> list:
     no_stage_keys = dict.fromkeys(STAGE_KEYS)
     resume = args.resume_from_checkpoint
     resume_first = bool(resume) and Path(resume).resolve().is_relative_to(stage_dir.resolve())
+    batch = {}  # supervised_batch_size is global, like global_train_batch_size: split over the processes
+    if args.supervised_batch_size:
+        batch["global_train_batch_size"] = args.supervised_batch_size
+        processes = max(args.world_size, 1)
+        if args.supervised_batch_size % processes:
+            raise ValueError(
+                f"supervised_batch_size={args.supervised_batch_size} (the first stage's global batch) cannot be split "
+                f"evenly over {processes} processes; use a multiple of {processes}."
+            )
     first = dataclasses.replace(
         args, supervised_mode=first_mode, output_dir=str(stage_dir), push_to_hub=False,
         resume_from_checkpoint=resume if resume_first else None,
         learning_rate=args.supervised_learning_rate or args.learning_rate,
-        num_train_epochs=args.supervised_num_train_epochs or args.num_train_epochs,
-        per_device_train_batch_size=args.supervised_batch_size or args.per_device_train_batch_size, **no_stage_keys,
+        num_train_epochs=args.supervised_num_train_epochs or args.num_train_epochs, **batch, **no_stage_keys,
     )
     second = dataclasses.replace(
         args, supervised_mode=second_mode, nli_source=None, nli_splits=None, nli_config=None, adversarial=False,

@@ -52,6 +52,7 @@ def test_stages_of_chained_modes(tmp_path):
     assert first.training.output_dir == str(tmp_path / "out" / "stage-1")
     assert (first.training.learning_rate, first.training.num_train_epochs) == (2e-5, 2.0)
     assert (first.training.per_device_train_batch_size, second.training.per_device_train_batch_size) == (16, 96)
+    assert first.training.global_train_batch_size == 16
     # the few-shot subset limits stage 2's unlabeled text, not stage 1's NLI pairs
     assert (first.data.train_subset_size, second.data.train_subset_size) == (None, 100)
     assert first.training.adversarial and not first.training.push_to_hub

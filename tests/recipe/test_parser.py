@@ -371,14 +371,11 @@ def test_help_for_unknown_method_is_an_error(capsys):
     assert code == 2 and "unknown method 'simcsf'" in text and "Traceback" not in text
 
 
-# consert_bert_sup_unsup keeps a per-device batch: its supervised_batch_size is per device too
-PAPER_RECIPES = [p for p in RECIPES if ("_bert" in p.stem or "_roberta" in p.stem) and p.stem != "consert_bert_sup_unsup"]
-
-
-@pytest.mark.parametrize("recipe", PAPER_RECIPES, ids=[p.stem for p in PAPER_RECIPES])
-def test_paper_recipes_state_the_global_batch(recipe, monkeypatch, tmp_path):
-    """The papers' batch is a global batch: BERT/RoBERTa paper recipes set global_train_batch_size (not a per-device
-    batch that 8 processes would multiply by 8), so one process trains on all of it and N processes on 1/N each."""
+@pytest.mark.parametrize("recipe", RECIPES, ids=[p.stem for p in RECIPES])
+def test_shipped_recipes_state_the_global_batch(recipe, monkeypatch, tmp_path):
+    """The papers' batch is a global batch: every shipped recipe sets global_train_batch_size (not a per-device
+    batch that 8 processes would multiply by 8), so one process trains on all of it and N processes on 1/N each;
+    ConSERT's first-stage supervised_batch_size is global too (tests/recipe/test_consert_recipes.py)."""
     from hf_sentcl.configs.arguments import per_device_batch_size
 
     monkeypatch.setenv("HF_SENTCL_DATA", str(tmp_path / "senteval"))
