@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from datasets import Dataset
 from transformers import set_seed
-from transformers.integrations import is_deepspeed_zero3_enabled, set_hf_deepspeed_config, unset_hf_deepspeed_config
+from transformers.integrations import is_deepspeed_zero3_enabled, unset_hf_deepspeed_config
 
 from hf_sentcl.common.distributed import others_wait_for_main_process
 from hf_sentcl.common.layout import ADAPTER_DIRNAME
@@ -55,7 +55,17 @@ def run(recipe: Recipe, *, already_checked: bool = False) -> dict[str, Any]:
         run_stage(stage)
         with others_wait_for_main_process():  # the next stage loads this stage's export, written by process 0
             pass
+        forget_accelerator_state()
     return run_stage(stages[-1])
+
+
+def forget_accelerator_state() -> None:
+    """Let the next stage's Trainer build its own Accelerator: accelerate keeps one state per process, and a second
+    Accelerator given a DeepSpeed plugin is refused ('You cannot pass in a `deepspeed_plugin` when creating a second
+    `Accelerator`'). The process group stays (PartialState is kept)."""
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=False)
 
 
 def quiet_progress_bars(recipe: Recipe) -> None:
@@ -89,9 +99,11 @@ class Stage:
         return self.recipe.training
 
     @property
-    def sharded(self) -> bool:
-        """Whether no process holds the whole model (FSDP, ZeRO-3): its weights are whole only once saved."""
-        return self.trainer.is_fsdp_enabled or is_deepspeed_zero3_enabled()
+    def reloads_saved_encoder(self) -> bool:
+        """Whether the final encoder is the saved one reloaded rather than the trained module: under FSDP and ZeRO-3 no
+        process holds the whole model, and under every DeepSpeed engine the save carries the fp32 master weights
+        while the module may be a 16-bit copy (`hf_sentcl.trainers.master_weights`)."""
+        return self.trainer.is_fsdp_enabled or self.trainer.is_deepspeed_enabled
 
 
 def run_stage(recipe: Recipe) -> dict[str, Any]:
@@ -123,7 +135,9 @@ def build_stage(recipe: Recipe) -> Stage:
     """The encoder, its training data, the evaluators and the method's trainer."""
     args = recipe.training
     data_dir = resolve_data_dir(recipe.data.sts_data_dir)
-    encoder = build_encoder(recipe)
+    plugin = getattr(args, "deepspeed_plugin", None)
+    with without_zero3_init(None if plugin is None or plugin.zero3_init_flag else plugin):
+        encoder = build_encoder(recipe)
     with args.main_process_first(desc="tokenising training data"):
         train_dataset, num_views, collator = build_train_dataset(recipe, encoder.tokenizer)
     logger.info("Training on %d examples with %d text view(s) each.", len(train_dataset), num_views)
@@ -189,15 +203,25 @@ def on_device(encoder: SentenceEncoder, device: torch.device) -> Iterator[None]:
 
 
 def save_trained(stage: Stage) -> None:
-    """Save the LoRA adapter when asked, merge adapters, refuse a poisoned model, then save the encoder."""
+    """Save the encoder to output_dir: with its LoRA adapter saved alone when asked and then merged, after refusing a
+    poisoned model. A reloaded encoder (`Stage.reloads_saved_encoder`) is saved as trained (every process takes
+    part) and adapter, merge and check follow in `final_encoder`."""
     args, trainer = stage.args, stage.trainer
+    if stage.reloads_saved_encoder:
+        trainer.save_model(args.output_dir)
+        return
     trained = trainer.accelerator.unwrap_model(trainer.model)
-    if args.export_adapter and trainer.is_world_process_zero():
-        print(f"LoRA adapter saved to {save_adapter(trained, Path(args.output_dir) / ADAPTER_DIRNAME)}", flush=True)
+    if trainer.is_world_process_zero():
+        save_lora_adapter(trained, args)
     merge_adapters(trained)  # the saved encoder and its export are plain models (no-op without peft)
-    if not stage.sharded:  # every process holds the whole model: refuse a poisoned one before it is saved
-        _check_trained(trained, stage.dev_evaluator, args)
+    _check_trained(trained, stage.dev_evaluator, args)  # refuse a poisoned model before it is saved
     trainer.save_model(args.output_dir)
+
+
+def save_lora_adapter(encoder: SentenceEncoder, args) -> None:
+    """With `export_adapter`, save the encoder's LoRA adapter alone to <output_dir>/adapter."""
+    if args.export_adapter:
+        print(f"LoRA adapter saved to {save_adapter(encoder, Path(args.output_dir) / ADAPTER_DIRNAME)}", flush=True)
 
 
 def training_results(stage: Stage, train_output, parameters: dict[str, Any]) -> dict[str, Any]:
@@ -227,17 +251,18 @@ def training_results(stage: Stage, train_output, parameters: dict[str, Any]) -> 
 
 
 def final_encoder(stage: Stage) -> SentenceEncoder:
-    """The trained encoder as evaluated and exported: without accelerate's mixed-precision forward wrapper (so
-    evaluation precision follows eval_bf16), reloaded whole from output_dir when training sharded it, on the device
-    training ran on."""
+    """The trained encoder as evaluated and exported (process 0): without accelerate's mixed-precision forward wrapper
+    (so evaluation precision follows eval_bf16), on the device training ran on. Under FSDP and DeepSpeed it is the
+    saved encoder reloaded whole in fp32, its LoRA adapter saved alone when asked and merged (output_dir then holds
+    the merged encoder, as after other runs)."""
     trainer = stage.trainer
-    if not stage.sharded:
-        encoder = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
-        # DeepSpeed's bf16/fp16 engines (ZeRO-2) hold the module itself in that dtype: evaluate and export it in fp32,
-        # as after every other run (the export's check compares fp32 loads with this encoder)
-        return encoder if next(encoder.parameters()).dtype == torch.float32 else encoder.float()
-    with without_zero3_init(trainer.accelerator):
+    if not stage.reloads_saved_encoder:
+        return trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
+    with without_zero3_init(getattr(trainer.accelerator.state, "deepspeed_plugin", None)):
         encoder = load_saved_encoder(stage.args.output_dir)
+    save_lora_adapter(encoder, stage.args)
+    if merge_adapters(encoder):
+        encoder.save_pretrained(stage.args.output_dir)
     # from_pretrained builds it on the CPU: left there, the final check, evaluation and export of a GPU run would
     # encode tens of thousands of sentences on the CPU, with the one thread `accelerate launch` gives a process
     # (OMP_NUM_THREADS=1), minutes for a MiniLM that the GPU encodes in seconds
@@ -248,15 +273,17 @@ def final_encoder(stage: Stage) -> SentenceEncoder:
 
 
 @contextmanager
-def without_zero3_init(accelerator) -> Iterator[None]:
-    """Models built inside load whole, not under `deepspeed.zero.Init`.
+def without_zero3_init(plugin) -> Iterator[None]:
+    """Models built inside load whole, not under `deepspeed.zero.Init` (`plugin`: the run's DeepSpeed plugin, or None
+    to leave model building as it is).
 
     While a ZeRO-3 config is registered, transformers builds every model under `deepspeed.zero.Init`, which
-    partitions each weight across the process group as it is created; process 0's reload of the final encoder, alone,
-    would wait there for processes that have finished (gloo: 'Connection closed by peer'). The config of the
-    accelerator's DeepSpeed plugin (the one the Trainer registered) is registered again afterwards.
+    partitions each weight across the process group as it is created, whatever the accelerate config's
+    `zero3_init_flag` says (accelerate registers the config either way). Used for the encoder when that flag is false
+    (deepspeed_zero3.yaml: the untouched encoder is evaluated whole before training; DeepSpeed partitions it when the
+    Trainer prepares it), and for process 0's reload of the final encoder, which alone would wait in zero.Init for
+    processes that have finished (gloo: 'Connection closed by peer'). The plugin's config is registered again after.
     """
-    plugin = getattr(accelerator.state, "deepspeed_plugin", None)
     if plugin is None or not is_deepspeed_zero3_enabled():
         yield
         return
@@ -264,12 +291,12 @@ def without_zero3_init(accelerator) -> Iterator[None]:
     try:
         yield
     finally:
-        set_hf_deepspeed_config(plugin.hf_ds_config)
+        plugin.set_deepspeed_weakref()
 
 
 def load_saved_encoder(output_dir: str | Path) -> SentenceEncoder:
-    """The saved encoder in fp32, whatever dtype the sharded save wrote (ZeRO-3 and ZeRO-2's 16-bit saves write bf16
-    or fp16): the final evaluation and the export read fp32 weights, as after unsharded training."""
+    """The saved encoder in fp32, whatever dtype the save wrote (FSDP's full state dict of a bf16 run may be bf16):
+    the final evaluation and the export read fp32 weights, as after unsharded training."""
     return SentenceEncoder.from_pretrained(output_dir, dtype=torch.float32)
 
 

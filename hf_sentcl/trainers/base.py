@@ -56,8 +56,9 @@ from hf_sentcl.modeling.encoder import evaluating_in_training
 from hf_sentcl.modeling.fast_dropout import use_fast_dropout
 from hf_sentcl.modeling.health import CHECKPOINT_COMPLETE, NonFiniteLossFlag
 from hf_sentcl.trainers.cached import cached_training_step
-from hf_sentcl.trainers.callbacks import TrainingCostCallback
+from hf_sentcl.trainers.callbacks import OnTrainBegin, StepsRunCallback, TrainingCostCallback
 from hf_sentcl.trainers.length_buckets import forward_in_length_buckets
+from hf_sentcl.trainers.master_weights import master_state_dict, restore_master_weights, weights_snapshot
 
 
 def scale_gradient(loss: torch.Tensor, factor: float) -> torch.Tensor:
@@ -162,6 +163,9 @@ class ContrastiveTrainer(Trainer):
         self.cost = TrainingCostCallback()
         self._flos_per_token: int | None = None
         self.add_callback(self.cost)
+        self.steps_run = StepsRunCallback()
+        self.add_callback(self.steps_run)
+        self.add_callback(OnTrainBegin(self.start_masters_at_full_precision))
         self.nonfinite_loss = NonFiniteLossFlag()
         enable_cpu_fp16(self.accelerator, self.args)
         global_batch = self.args.per_device_train_batch_size * max(self.args.world_size, 1)
@@ -247,9 +251,10 @@ class ContrastiveTrainer(Trainer):
         return args.per_device_train_batch_size * max(args.world_size, 1) * args.gradient_accumulation_steps
 
     def training_cost(self) -> dict:
-        """Throughput of the training steps alone (no evaluation or saving) and peak memory; see
-        `TrainingCostCallback`. One example is one training sentence (SimCSE) or one pair/triplet (supervised)."""
-        return self.cost.summary(self.examples_per_step)
+        """Throughput of the training steps alone (no evaluation or saving) and peak memory (`TrainingCostCallback`;
+        one example is one training sentence (SimCSE) or one pair/triplet (supervised)), and the step this `train()`
+        started from and the steps it ran (`StepsRunCallback`)."""
+        return {**self.cost.summary(self.examples_per_step), **self.steps_run.summary()}
 
     def floating_point_ops(self, inputs: dict[str, torch.Tensor]) -> int:
         """Trainer's estimate (6 x tokens x non-embedding parameters) counting every dropout copy of the views.
@@ -374,6 +379,32 @@ class ContrastiveTrainer(Trainer):
         super()._maybe_log_save_evaluate(
             tr_loss, grad_norm, model, trial, epoch, ignore_keys_for_eval, start_time, learning_rate=learning_rate
         )
+
+    # ------------------------------------------------------------------ saving
+    def train(self, *args, **kwargs):
+        """`Trainer.train`; under DeepSpeed's 16-bit engines, first a copy of the weights as they are before the engine
+        casts the module to 16 bits: the trained ones start the fp32 masters of a fresh run, the frozen ones are saved
+        (`hf_sentcl.trainers.master_weights`)."""
+        if self.is_deepspeed_enabled and self.deepspeed is None and (self.args.bf16 or self.args.fp16):
+            self._weights_before_cast = weights_snapshot(self.accelerator.unwrap_model(self.model), trained=True)
+        return super().train(*args, **kwargs)
+
+    def start_masters_at_full_precision(self) -> None:
+        """When training begins (the engine built, a checkpoint loaded): a fresh DeepSpeed run's fp32 masters start
+        from the weights before the 16-bit cast (a resumed run has them from its checkpoint)."""
+        snapshot = getattr(self, "_weights_before_cast", None)
+        if snapshot and self.state.global_step == 0:
+            restore_master_weights(self.accelerator.unwrap_model(self.model), snapshot)
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """`Trainer.save_model`, except under DeepSpeed, where the weights saved (in checkpoints, in output_dir, and so
+        in the export) are the optimizer's fp32 master weights, not the engine's 16-bit module cast back
+        (`master_state_dict`; every process takes part)."""
+        if not self.is_deepspeed_enabled or self.deepspeed is None:
+            return super().save_model(output_dir, _internal_call)
+        module = self.accelerator.unwrap_model(self.model)
+        state = master_state_dict(module, getattr(self, "_weights_before_cast", {}), keep=self.args.should_save)
+        self._save(output_dir or self.args.output_dir, state_dict=state)
 
     # ------------------------------------------------------------------ checkpoints
     def _save_checkpoint(self, model, trial) -> None:

@@ -93,3 +93,33 @@ class TrainingCostCallback(TrainerCallback):
             "train_peak_memory_mb": None if self.peak_memory_bytes is None else self.peak_memory_bytes / 2**20,
             "train_peak_memory_kind": self.peak_memory_kind,
         }
+
+
+class StepsRunCallback(TrainerCallback):
+    """What this `train()` call trained: the global step it started from (a resumed checkpoint's, else 0) and the
+    optimizer steps it ran, so that a resumed run can show it did only the remaining steps."""
+
+    def __init__(self) -> None:
+        self.started_at_step = 0
+        self.steps_run = 0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.started_at_step = state.global_step  # the checkpoint's state is loaded before this event
+        self.steps_run = 0
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.steps_run += 1
+
+    def summary(self) -> dict[str, int]:
+        return {"started_at_step": self.started_at_step, "steps_run": self.steps_run}
+
+
+class OnTrainBegin(TrainerCallback):
+    """Calls `action()` when training begins: after `train()` has prepared the model (DDP, FSDP, DeepSpeed's engine)
+    and loaded a checkpoint to resume from, before the first step."""
+
+    def __init__(self, action) -> None:
+        self.action = action
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.action()

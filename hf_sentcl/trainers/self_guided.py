@@ -174,7 +174,11 @@ class SelfGuidedTrainer(TrainingHeadsMixin, ContrastiveTrainer):
         return torch.cat(views)
 
     def project(self, vectors: torch.Tensor) -> torch.Tensor:
-        return vectors if self.projection_head is None else self.projection_head(vectors)
+        """f(vectors), in the head's dtype: the pooled views are fp32, and DeepSpeed's bf16/fp16 engines hold the head
+        (attached to the model) in 16 bits without autocast to cast its input (under autocast this changes nothing)."""
+        if self.projection_head is None:
+            return vectors
+        return self.projection_head(vectors.to(next(self.projection_head.parameters()).dtype))
 
     @classmethod
     def matryoshka_refusal(cls, args, model_settings) -> str | None:

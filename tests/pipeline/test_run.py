@@ -199,8 +199,8 @@ def test_end_to_end_supervised_with_cli_overrides(tmp_path, tiny_bert_dir, sente
 
 
 def test_a_sharded_save_reloads_in_fp32(tmp_path, tiny_bert_dir):
-    """Finding 9 of the multi-process issue: ZeRO-3 (and ZeRO-2's 16-bit save) write bf16 weights; the final
-    evaluation and the export read the reloaded encoder in fp32."""
+    """Finding 9 of the multi-process issue: a sharded save may write bf16 weights (FSDP's full state dict of a bf16
+    run); the final evaluation and the export read the reloaded encoder in fp32."""
     import torch
 
     from hf_sentcl import SentenceEncoder
@@ -225,7 +225,8 @@ def test_a_sharded_runs_final_encoder_is_reloaded_onto_the_training_device(tmp_p
     SentenceEncoder.from_backbone(str(tiny_bert_dir), pooling="cls", head="none").save_pretrained(tmp_path / "out")
     device = torch.device("meta")
     stage = SimpleNamespace(
-        sharded=True, dev_evaluator=None, args=SimpleNamespace(output_dir=str(tmp_path / "out"), device=device),
+        reloads_saved_encoder=True, dev_evaluator=None,
+        args=SimpleNamespace(output_dir=str(tmp_path / "out"), device=device, export_adapter=False),
         trainer=SimpleNamespace(accelerator=SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=None))),
     )
     checked_on = []
