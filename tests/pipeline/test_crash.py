@@ -2,6 +2,7 @@
 weights as the uninterrupted run (one process, and two gloo processes of `accelerate launch`); killing one worker of
 a 2-process launch ends the whole launch quickly with a non-zero exit instead of hanging."""
 
+import json
 import os
 import signal
 import subprocess
@@ -81,6 +82,8 @@ def test_sigkill_then_resume_latest_gives_the_uninterrupted_weights(tmp_path, ti
 
     resumed = start(processes, recipe, crash, "--resume_from_checkpoint", "latest")
     assert resumed.wait() == 0, resumed.stderr.read().decode()[-2000:]
+    train = json.loads((crash / "results.json").read_text())["train"]
+    assert (train["started_at_step"], train["steps_run"]) == (KILL_AT, 12 - KILL_AT)  # the remaining steps only
     a, b = load_file(full / "model.safetensors"), load_file(crash / "model.safetensors")
     assert a.keys() == b.keys()
     assert all(torch.equal(a[key], b[key]) for key in a), "resumed weights differ from the uninterrupted run's"

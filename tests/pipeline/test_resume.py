@@ -1,8 +1,11 @@
-"""Exact resume with the default settings: a run resumed from its checkpoint ends with the same weights as the
-uninterrupted run, a half-written checkpoint is never taken as the latest, and the loss curve covers the whole run.
+"""Exact resume with the default settings, one process: a run resumed from its checkpoint trains only the remaining
+steps and ends with the same weights as the uninterrupted run (dropout on: the RNG states are restored too), a
+checkpoint with nudged weights ends elsewhere, a half-written checkpoint is never taken as the latest, and the loss
+curve covers the whole run.
 
 The "crash" is a copy of the uninterrupted run's folder cut back to a checkpoint (deterministic and fast); the
-SIGKILL variant, with one and two processes, is tests/test_crash.py."""
+SIGKILL variant, with one and two processes, is tests/pipeline/test_crash.py; DDP, ZeRO-2 and ZeRO-3 are
+tests/pipeline/test_scaling.py."""
 
 import json
 import shutil
@@ -10,6 +13,7 @@ import shutil
 import pytest
 import torch
 from helpers import random_sentences
+from launching import cut_back, nudge_checkpoint
 from safetensors.torch import load_file
 
 from hf_sentcl.cli.train import main
@@ -23,15 +27,16 @@ def write_recipe(path, **values):
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory, tiny_bert_dir, senteval_dir):
-    """A 6-step SimCSE run (dropout off) keeping every checkpoint (2, 4, 6); returns (recipe values, output)."""
+    """A 6-step SimCSE run (the backbone's dropout on) keeping every checkpoint (2, 4, 6); returns (recipe values,
+    output)."""
     root = tmp_path_factory.mktemp("resume")
     corpus = root / "train.txt"
     corpus.write_text("\n".join(random_sentences(24, seed=5)) + "\n")
     values = dict(
         method="simcse", model_name_or_path=tiny_bert_dir, train_file=corpus, sts_data_dir=senteval_dir,
         output_dir=root / "full", per_device_train_batch_size=4, max_seq_length=16, max_steps=6, save_steps=2,
-        eval_steps=2, logging_steps=1, learning_rate="1e-3", use_cpu="true", seed=0, dropout=0.0,
-        save_total_limit=None, eval_before_training="false", eval_tasks="[]", load_best_model_at_end="false",
+        eval_steps=2, logging_steps=1, learning_rate="1e-3", use_cpu="true", seed=0, save_total_limit=None,
+        eval_before_training="false", eval_tasks="[]", load_best_model_at_end="false",
     )
     assert main([str(write_recipe(root / "recipe.yaml", **values))]) == 0
     return values, root / "full"
@@ -39,12 +44,7 @@ def uninterrupted(tmp_path_factory, tiny_bert_dir, senteval_dir):
 
 def crashed_copy(full, destination, keep_step):
     """`full` as a run killed after checkpoint-`keep_step`: later checkpoints, results and model removed."""
-    shutil.copytree(full, destination)
-    for path in destination.iterdir():
-        step = int(path.name.split("-")[1]) if path.name.startswith("checkpoint-") else None
-        if step is None or step > keep_step:
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
-    return destination
+    return cut_back(shutil.copytree(full, destination), keep_step)
 
 
 def resume(tmp_path, values, output, how):
@@ -75,10 +75,24 @@ def test_resume_is_bit_identical(tmp_path, uninterrupted, how):
     out = crashed_copy(full, tmp_path / "out", keep_step=4)
     assert resume(tmp_path, values, out, out / "checkpoint-4" if how == "path" else how) == 0
     assert_same_weights(full, out)
-    curve = json.loads((out / "results.json").read_text())["train"]["loss_curve"]
+    train = json.loads((out / "results.json").read_text())["train"]
+    assert (train["started_at_step"], train["steps_run"], train["global_step"]) == (4, 2, 6)  # steps 5-6 only
+    curve = train["loss_curve"]
     reference = json.loads((full / "results.json").read_text())["train"]["loss_curve"]
     assert [e["step"] for e in curve] == list(range(1, 7))
     assert [e["loss"] for e in curve] == [e["loss"] for e in reference]
+
+
+@pytest.mark.slow
+def test_resume_starts_from_the_checkpoints_weights(tmp_path, uninterrupted):
+    """The same checkpoint-4 with every weight moved by 1e-3 ends elsewhere: the resumed run trains from the
+    checkpoint's weights (not from the backbone it names, nor from an earlier save)."""
+    values, full = uninterrupted
+    out = crashed_copy(full, tmp_path / "out", keep_step=4)
+    assert nudge_checkpoint(out / "checkpoint-4") > 0
+    assert resume(tmp_path, values, out, "latest") == 0
+    a, b = load_file(full / "model.safetensors"), load_file(out / "model.safetensors")
+    assert max((a[k] - b[k]).abs().max().item() for k in a) > 1e-4
 
 
 @pytest.mark.slow
