@@ -19,7 +19,7 @@ QUICKSTART_ARGS ?= $(if $(wildcard $(LOCAL_DATA)/wiki1m_subset.txt),--train_file
 WORDNET_DIR ?= /usr/share/wordnet
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: install quickstart test test-fast clean wordnet
+.PHONY: install quickstart test test-fast clean wordnet gpu-bundle
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,21 @@ DEEPSPEED_SPEC ?= deepspeed==0.19.8
 $(BIN)/.deepspeed: $(BIN)/.installed
 	DS_BUILD_OPS=0 $(BIN)/python -m pip install --quiet --no-build-isolation "$(DEEPSPEED_SPEC)"
 	touch $@
+
+# The wheels benchmarks/gpu_check.py needs on a bare GPU machine (which has torch with CUDA), for its Python
+# (`make gpu-bundle GPU_PYTHON=3.11`): hf_sentcl's runtime dependencies and their whole closure on manylinux x86_64
+# at the versions installed in $(VENV), less torch and what only torch needs (NVIDIA CUDA packages, triton), and
+# deepspeed built as a wheel without ops with its dependencies, into $(GPU_WHEELS) (git ignores .whl/). Copy the
+# repository with that folder to the GPU machine and run `python benchmarks/gpu_check.py` there.
+GPU_PYTHON ?= 3.12
+GPU_WHEELS ?= .whl
+# the oldest glibc of the GPU machines (manylinux_2_N wheels up to this N)
+GPU_GLIBC ?= 2.28
+# e.g. --no-pin: the newest versions rather than those installed in $(VENV)
+GPU_BUNDLE_ARGS ?=
+gpu-bundle: $(BIN)/.installed
+	$(BIN)/python benchmarks/gpu_bundle.py --wheels $(GPU_WHEELS) --python-version $(GPU_PYTHON) --glibc $(GPU_GLIBC) \
+		--deepspeed "$(DEEPSPEED_SPEC)" $(GPU_BUNDLE_ARGS)
 
 wordnet:
 	@if [ -f "$(WORDNET_DIR)/index.noun" ]; then :; \

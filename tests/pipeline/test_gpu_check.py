@@ -1,30 +1,52 @@
-"""benchmarks/gpu_check.py imports everywhere and refuses clearly without a CUDA device (it runs on a GPU machine)."""
+"""benchmarks/gpu_check.py imports everywhere and refuses clearly without a CUDA device (it runs on a GPU machine);
+what a CPU can check of it and of benchmarks/gpu_bundle.py: the package check and the bundle it installs, the weight
+comparisons, the process counts and the whole runs' command lines."""
 
 from __future__ import annotations
 
+import ast
 import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_check.py"
+THIS_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
 def load_script():
+    """benchmarks/gpu_check.py loaded by its path; its `gpu_bundle` is the module benchmarks/gpu_bundle.py it uses."""
     spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
+def isolate(monkeypatch) -> None:
+    """sys.path, PYTHONPATH and the bundle marker as they were, after the test (the check changes them)."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    for name in ("PYTHONPATH", "GPU_CHECK_SITE"):
+        monkeypatch.setenv(name, "")  # remembers the value (or its absence) to restore
+        monkeypatch.delenv(name)
+
+
 def test_gpu_check_refuses_without_cuda(capsys, monkeypatch):
     gpu_check = load_script()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    isolate(monkeypatch)
     assert gpu_check.main([]) == 2
     err = capsys.readouterr().err
     assert "no CUDA device" in err and "python benchmarks/gpu_check.py" in err
-    assert set(gpu_check.CHECKS) >= {"fp32", "tf32", "bf16", "fp16", "ddp2", "fsdp", "zero3", "resume", "host_syncs"}
+    assert set(gpu_check.CHECKS) >= {"fp32", "tf32", "bf16", "fp16", "single", "ddp2", "fsdp", "zero3", "resume",
+                                     "host_syncs", "fsdp_run", "zero3_run"}
 
 
 def test_gpu_check_table_has_one_row_per_check():
@@ -42,91 +64,298 @@ def test_every_precision_check_has_settings(check):
     assert check in load_script().PRECISION_SETTINGS
 
 
+def test_the_bundle_module_imports_only_the_standard_library():
+    """benchmarks/gpu_bundle.py runs before torch, transformers, ... are known to exist: its module-level imports
+    are the standard library's."""
+    bundle = load_script().gpu_bundle
+    assert Path(bundle.__file__).resolve() == SCRIPT.with_name("gpu_bundle.py")
+    tree = ast.parse(Path(bundle.__file__).read_text())
+    imported = {alias.name for node in tree.body if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module for node in tree.body if isinstance(node, ast.ImportFrom)}
+    assert imported and {name.split(".")[0] for name in imported} <= set(sys.stdlib_module_names) | {"__future__"}
+
+
+@pytest.mark.slow
+def test_the_script_imports_its_bundle_module_and_refuses_without_cuda(tmp_path):
+    """Run as `python benchmarks/gpu_check.py` (as it is, and as its workers are): it finds gpu_bundle.py beside it
+    and refuses a machine without CUDA before anything is installed (exit 2)."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run([sys.executable, str(SCRIPT), "--wheels", str(tmp_path / "none")], env=env,
+                          capture_output=True, text=True, check=False, timeout=120)
+    assert done.returncode == 2 and "no CUDA device" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "none").exists()
+
+
+# ------------------------------------------------------------------------------------------------ packages
+@pytest.fixture
+def on_a_gpu(monkeypatch):
+    """The check as on a GPU machine (CUDA there), with sys.path, PYTHONPATH and the bundle marker restored after."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    isolate(monkeypatch)
+    return load_script()
+
+
+def lacking(gpu_check, monkeypatch, *names):
+    """Make the packages `names` unfindable: neither their module nor their distribution."""
+    bundle = gpu_check.gpu_bundle
+    find_spec, version = importlib.util.find_spec, bundle.installed_version
+    monkeypatch.setattr(bundle.importlib.util, "find_spec", lambda name, *a: None if name in names else find_spec(
+        name, *a))
+    monkeypatch.setattr(bundle, "installed_version", lambda dist: None if dist in names else version(dist))
+
+
+def test_missing_packages_are_named_in_one_message_with_the_bundle_command(on_a_gpu, monkeypatch, tmp_path, capsys):
+    """Everything missing is named at once, before any work, with the command that prepares the bundle; exit 2."""
+    gpu_check = on_a_gpu
+    lacking(gpu_check, monkeypatch, "datasets", "deepspeed")
+    monkeypatch.setattr(gpu_check, "write_model", lambda *a, **k: pytest.fail("work started"))
+    assert gpu_check.main(["--wheels", str(tmp_path / "none")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "Traceback" not in captured.err
+    assert captured.err.count("gpu_check:") == 1 and "missing datasets, deepspeed " in captured.err
+    assert f"make gpu-bundle GPU_PYTHON={THIS_PYTHON}" in captured.err and "no wheel files" in captured.err
+    # deepspeed is needed by the zero3 checks alone
+    assert gpu_check.main(["--wheels", str(tmp_path / "none"), "--only", "fp32,fsdp"]) == 2
+    assert "missing datasets (" in capsys.readouterr().err
+
+
+def test_a_transformers_older_than_pyproject_asks_counts_as_missing(on_a_gpu, tmp_path, capsys):
+    """A GPU image's transformers 5.17 (first on sys.path) is below pyproject.toml's >= 5.24: missing."""
+    gpu_check = on_a_gpu
+    old = tmp_path / "old"
+    (old / "transformers").mkdir(parents=True)
+    (old / "transformers" / "__init__.py").write_text("")
+    (old / "transformers-5.17.0.dist-info").mkdir()
+    (old / "transformers-5.17.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: transformers\n"
+                                                                     "Version: 5.17.0\n")
+    sys.path.insert(0, str(old))
+    importlib.invalidate_caches()
+    assert gpu_check.gpu_bundle.missing_packages(["fp32"]) == ["transformers>=5.24 (5.17.0 installed)"]
+    assert gpu_check.main(["--wheels", str(tmp_path / "none")]) == 2
+    assert "missing transformers>=5.24 (5.17.0 installed) (" in capsys.readouterr().err
+
+
+def probe_wheel(folder: Path, name: str = "hfsentcl_probe_pkg", value: int = 42) -> Path:
+    """A wheel of a one-module package (`name`, VALUE = `value`), written by hand."""
+    dist = name.replace("_", "-")
+    info = f"{name}-1.0.dist-info"
+    files = {f"{name}/__init__.py": f"VALUE = {value}\n",
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files[f"{info}/RECORD"] = "".join(f"{n},,\n" for n in files) + f"{info}/RECORD,,\n"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as wheel:
+        for n, text in files.items():
+            wheel.writestr(n, text)
+    return path
+
+
+def test_a_missing_package_is_installed_from_the_bundle_and_the_check_starts_again(on_a_gpu, monkeypatch,
+                                                                                     tmp_path):
+    """The bundle's wheels go into a scratch site folder, first on sys.path and PYTHONPATH, and the check restarts
+    (pip replaced by unpacking the wheels, as it does; the restart by going on, which now finds every package and
+    starts the work)."""
+    gpu_check = on_a_gpu
+    bundle = gpu_check.gpu_bundle
+    wheels = tmp_path / "wheels"
+    probe_wheel(wheels)
+    (wheels / "bundle.json").write_text(json.dumps({"python": THIS_PYTHON}))
+    monkeypatch.setitem(bundle.IMPORTS, "hfsentcl_probe_pkg", "hfsentcl-probe-pkg")
+    pip_calls, restarts = [], []
+
+    def pip(command, **kwargs):
+        pip_calls.append(command)
+        target = Path(command[command.index("--target") + 1])
+        for wheel in (a for a in command if a.endswith(".whl")):
+            zipfile.ZipFile(wheel).extractall(target)
+        return SimpleNamespace(returncode=0, stdout="", stderr="")
+
+    class Started(Exception):
+        pass
+
+    def started(*args, **kwargs):
+        raise Started
+
+    monkeypatch.setattr(bundle.subprocess, "run", pip)
+    monkeypatch.setattr(bundle, "restart", lambda script, argv: restarts.append((script, argv)))
+    monkeypatch.setattr(gpu_check, "write_model", started)
+    argv = ["--wheels", str(wheels), "--only", "fp32", "--workdir", str(tmp_path / "work")]
+    with pytest.raises(Started):
+        gpu_check.main(argv)
+    assert len(pip_calls) == 1 and "--no-index" in pip_calls[0] and restarts == [(SCRIPT, argv)]
+    site = os.environ["GPU_CHECK_SITE"]
+    assert sys.path[0] == site and os.environ["PYTHONPATH"].split(os.pathsep)[0] == site
+    assert importlib.import_module("hfsentcl_probe_pkg").VALUE == 42
+    sys.modules.pop("hfsentcl_probe_pkg")
+
+
+def test_a_bundle_for_another_python_is_not_installed(on_a_gpu, monkeypatch, tmp_path, capsys):
+    gpu_check = on_a_gpu
+    wheels = tmp_path / "wheels"
+    probe_wheel(wheels)
+    (wheels / "bundle.json").write_text(json.dumps({"python": "3.9"}))
+    lacking(gpu_check, monkeypatch, "datasets")
+    monkeypatch.setattr(gpu_check.gpu_bundle.subprocess, "run", lambda *a, **k: pytest.fail("pip ran"))
+    assert gpu_check.main(["--wheels", str(wheels), "--only", "fp32"]) == 2
+    err = capsys.readouterr().err
+    assert f"prepared for Python 3.9, this is Python {THIS_PYTHON}" in err
+    assert f"make gpu-bundle GPU_PYTHON={THIS_PYTHON}" in err
+
+
 @pytest.mark.slow
 def test_missing_packages_are_installed_from_carried_wheels(tmp_path, monkeypatch):
-    """A bare GPU machine lacks some packages: the check installs them from the wheel folder carried with the tree
-    (offline, --no-index) and its workers find them through PYTHONPATH."""
-    import subprocess
-    import sys
-
-    gpu_check = load_script()
-    source = tmp_path / "src"
-    (source / "hfsentcl_probe_pkg").mkdir(parents=True)
-    (source / "hfsentcl_probe_pkg" / "__init__.py").write_text("VALUE = 42\n")
-    (source / "pyproject.toml").write_text(
-        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
-        '[project]\nname = "hfsentcl-probe-pkg"\nversion = "1.0"\n'
-    )
+    """A bare GPU machine lacks some packages: the check installs them with pip from the wheel folder carried with
+    the tree (offline, --no-index) and its workers find them through PYTHONPATH."""
+    bundle = load_script().gpu_bundle
     wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-                    "-w", str(wheels), str(source)], check=True)
-    monkeypatch.setattr(gpu_check, "NEEDED", {"hfsentcl_probe_pkg": "probe"})
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    monkeypatch.setenv("PYTHONPATH", "")
-    assert gpu_check.install_carried_wheels(tmp_path / "nothing") == ["hfsentcl_probe_pkg"]
-    assert gpu_check.install_carried_wheels(wheels) == []
+    probe_wheel(wheels)
+    isolate(monkeypatch)
+    assert bundle.install_bundle(tmp_path / "nothing") == (None, f"there are no wheel files in {tmp_path}/nothing")
+    site, why = bundle.install_bundle(wheels)
+    assert why is None
+    bundle.use_site(site)
     found = subprocess.run([sys.executable, "-c", "import hfsentcl_probe_pkg as p; print(p.VALUE)"],
                            capture_output=True, text=True, check=True)
     assert found.stdout.strip() == "42"
 
 
-def test_host_sync_rule_allows_one_per_step_after_the_first():
-    """transformers' SDPA mask check reads the host once per forward; more than that in any step after the first
-    (warm-up) fails the check, and the note names the steps above one and where their syncs came from."""
-    from types import SimpleNamespace
+def test_the_bundle_leaves_torch_and_what_only_torch_needs_out(tmp_path):
+    """make gpu-bundle resolves pyproject.toml's dependencies (less torch) and deepspeed's against a torch without
+    dependencies, for the GPU machine's CPython on manylinux x86_64."""
+    bundle = load_script().gpu_bundle
+    stub, pin = bundle.torch_stub(tmp_path / "stubs", "2.13.0+cpu")
+    assert pin == "torch==2.13.0+gpucheckstub" and stub.name == "torch-2.13.0+gpucheckstub-py3-none-any.whl"
+    metadata = zipfile.ZipFile(stub).read("torch-2.13.0+gpucheckstub.dist-info/METADATA").decode()
+    assert "Requires-Dist" not in metadata and "Version: 2.13.0+gpucheckstub" in metadata
+    requirements = bundle.bundle_requirements(tmp_path / "deepspeed-0.19.8-py3-none-any.whl")
+    names = [bundle.requirement_name(r) for r in requirements[:-1]]
+    assert "torch" not in names and {"transformers", "datasets", "peft", "sentence-transformers"} <= set(names)
+    assert requirements[-1].endswith("deepspeed-0.19.8-py3-none-any.whl")
+    assert all(bundle.TORCH_ONLY.match(n) for n in ("torch", "triton", "nvidia-cublas-cu12", "nvidia-nccl-cu13"))
+    assert not any(bundle.TORCH_ONLY.match(n) for n in ("nvidia-ml-py", "torchmetrics", "transformers"))
+    assert not any(bundle.TORCH_ONLY.match(p.split("==")[0]) for p in bundle.tested_versions())
+    command = bundle.bundle_download_command("3.12", "2.28", stub.parent, tmp_path / "c", tmp_path / "r", tmp_path)
+    assert command[3:5] == ["download", "--disable-pip-version-check"] and "--only-binary=:all:" in command
+    assert command[command.index("--python-version") + 1] == "3.12" and command[command.index("--abi") + 1] == "cp312"
+    platforms = {command[i + 1] for i, a in enumerate(command) if a == "--platform"}
+    assert {"manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64"} <= platforms
+    assert "manylinux_2_29_x86_64" not in platforms
+
+
+# ------------------------------------------------------------------------------------------------ 1 and N processes
+@pytest.mark.parametrize("gpus, sharded, ddp_backend, shared", [(1, 1, "gloo", True), (2, 2, "nccl", False),
+                                                               (4, 2, "nccl", False)])
+def test_process_counts_follow_the_gpus_up_to_two(gpus, sharded, ddp_backend, shared):
+    layout = load_script().plan(gpus)
+    assert (layout["sharded"], layout["ddp_processes"], layout["ddp_backend"]) == (sharded, 2, ddp_backend)
+    assert layout["ddp_shares_gpu"] is shared
+    assert ("not sharded across processes" in layout["sharded_note"]) is (gpus == 1)
+    assert ("sharing" in layout["ddp_note"]) is shared
+
+
+def test_no_gpu_gives_no_process_count():
+    with pytest.raises(ValueError, match="no CUDA device"):
+        load_script().plan(0)
+
+
+def test_weights_are_compared_tensor_by_tensor(tmp_path):
+    """max |reference - other| over every weight of the reference; a lost or reshaped weight fails the comparison;
+    a comparison passes at most at the tolerance."""
+    from safetensors.torch import save_file
 
     gpu_check = load_script()
-    trainer = SimpleNamespace(state=SimpleNamespace(global_step=3, log_history=[{"loss": 1.0}]),
-                              training_cost=lambda: {"train_step_seconds": 0.01})
-    warm_up = [["a.py:1", "masking_utils.py:354"], ["masking_utils.py:354"], ["masking_utils.py:354"]]
-    result = gpu_check.host_sync_outcome(trainer, 3, warm_up)
-    assert result["ok"] and "step 0: a.py:1, masking_utils.py:354" in result["note"]
-    later = [["masking_utils.py:354"], ["masking_utils.py:354", "base.py:9"], []]
-    result = gpu_check.host_sync_outcome(trainer, 3, later)
-    assert not result["ok"] and "step 1: base.py:9, masking_utils.py:354" in result["note"]
+    reference = {"a": torch.zeros(3, 2), "b": torch.ones(4)}
+    other = {"a": torch.tensor([[0, 0], [0, -3e-5], [0, 0]]), "b": torch.ones(4) + 1e-6, "extra": torch.ones(1)}
+    difference, problem = gpu_check.max_difference(reference, other)
+    assert problem is None and difference == pytest.approx(3e-5, rel=1e-3)
+    assert gpu_check.max_difference(reference, reference) == (0.0, None)
+    difference, problem = gpu_check.max_difference(reference, {"a": torch.zeros(3, 2)})
+    assert math.isinf(difference) and "1 weights missing (b)" in problem
+    assert "other shapes: b" in gpu_check.max_difference(reference, {**reference, "b": torch.ones(5)})[1]
+    save_file(reference, str(tmp_path / "r.safetensors"))
+    save_file(other, str(tmp_path / "o.safetensors"))
+    difference, problem = gpu_check.compare_weights(tmp_path / "r.safetensors", tmp_path / "o.safetensors")
+    assert problem is None and difference == pytest.approx(3e-5, rel=1e-3)
+    run = {"ok": True, "step_ms": 70.0, "note": "last loss 0.1"}
+    tolerance = gpu_check.WEIGHT_TOLERANCE
+    assert tolerance == 1e-4
+    passed = gpu_check.comparison_verdict(run, 3e-6, None, "1 GPU: 2 gloo ranks sharing it")
+    assert passed["ok"] and passed["note"].startswith("max |dW| vs 1 process 3e-06 (tolerance 0.0001); 1 GPU")
+    assert not gpu_check.comparison_verdict(run, 2 * tolerance, None, "")["ok"]
+    assert not gpu_check.comparison_verdict(run, math.inf, "1 weights missing (b)", "")["ok"]
+    assert not gpu_check.comparison_verdict({**run, "ok": False}, 0.0, None, "")["ok"]
 
 
-DUMP = """Exported ...
-{header}
-Thread 0x00007fcf7bfff6c0 (most recent call first):
-  File "/usr/lib/python3.11/threading.py", line 331 in wait
-  File "/venv/site-packages/tqdm/_monitor.py", line 69 in run
-
-Thread 0x00007fcfcfc30b80 (most recent call first):
-  File "/venv/site-packages/torch/nn/modules/linear.py", line 134 in forward
-  File "/venv/site-packages/transformers/models/bert/modeling_bert.py", line 301 in forward
-  File "/repo/hf_sentcl/modeling/encoder.py", line 345 in map_batches
-  File "/repo/hf_sentcl/evaluation/sts.py", line 210 in embed
-  File "/repo/hf_sentcl/pipeline/train.py", line 245 in _check_trained
-  File "/repo/hf_sentcl/pipeline/train.py", line 214 in final_encoder
-  File "/repo/hf_sentcl/pipeline/train.py", line 112 in run_stage
-"""
-
-
-@pytest.mark.parametrize("header", [
-    "HF_SENTCL_HANG_DUMP_S: still running after 90 s; every thread's stack follows and the process ends with status 1.",
-    "Timeout (0:02:30)!",  # faulthandler's fallback, for a hang that holds the GIL
-])
-def test_a_hung_whole_run_is_named_by_its_main_threads_frames(header):
-    """fsdp_run / zero3_run: when HF_SENTCL_HANG_DUMP_S fires, the note says where the run's main thread was."""
+def test_comparisons_train_alike_and_launch_the_configs_in_fp32(tmp_path):
+    """1 and N processes: fp32 without TF32; FSDP and ZeRO-3 launched with the shipped configs, `--mixed_precision
+    no` (the configs say bf16), as many processes as GPUs up to 2; DDP 2 processes."""
     gpu_check = load_script()
-    assert gpu_check.hang_summary("Results: ...\nExported ...\n") is None
-    assert gpu_check.hang_summary(DUMP.format(header=header)) == (
-        "modules/linear.py:134 forward < modeling/encoder.py:345 map_batches < evaluation/sts.py:210 embed < "
-        "pipeline/train.py:245 _check_trained < pipeline/train.py:214 final_encoder"
-    )
-    assert gpu_check.hang_summary("Timeout (0:00:06)!\nThread 0x1 (most recent call first):\n  <no Python frame>\n") \
-        == "no Python frame"
+    assert gpu_check.COMPARISON["precision"] == "fp32" and gpu_check.COMPARISON["tf32"] is False
+    for gpus, processes in ((1, "1"), (2, "2"), (4, "2")):
+        args = SimpleNamespace(gpus=gpus, workdir=tmp_path, steps=30)
+        for check, config in (("fsdp", "fsdp.yaml"), ("zero3", "deepspeed_zero3.yaml")):
+            command = gpu_check.worker_command(check, args, {})
+            assert str(gpu_check.ACCELERATE_CONFIGS / config) in command
+            assert command[command.index("--num_processes") + 1] == processes
+            assert command[command.index("--mixed_precision") + 1] == "no"
+        ddp = gpu_check.worker_command("ddp2", args, {})
+        assert "torch.distributed.run" in ddp and ddp[ddp.index("--nproc_per_node") + 1] == "2"
 
 
-def test_whole_runs_evaluate_on_a_senteval_layout_of_senteval_sizes(tmp_path):
-    """The whole runs' final evaluation encodes as much as with SentEval's data (a CPU-bound evaluation shows)."""
-    from hf_sentcl.evaluation.sts import KNOWN_PAIRS, STS_TASKS, STSEvaluator
+# ------------------------------------------------------------------------------------------------ whole runs
+@pytest.mark.parametrize("check, config", [("fsdp_run", "fsdp.yaml"), ("zero3_run", "deepspeed_zero3.yaml")])
+@pytest.mark.parametrize("processes", [1, 2])
+def test_whole_runs_launch_the_shipped_recipe_with_its_defaults(check, config, processes, tmp_path):
+    """Only the model, the data and the step counts are overridden: the "before" evaluation, the best checkpoint
+    and the config's precision stay the shipped recipe's."""
+    gpu_check = load_script()
+    inputs = {"model_name_or_path": tmp_path / "minilm", "train_file": tmp_path / "t.txt",
+              "sts_data_dir": tmp_path / "senteval"}
+    command = gpu_check.whole_run_command(check, inputs, tmp_path / "out", processes)
+    recipe = str(gpu_check.REPO / "recipes" / "simcse_bert.yaml")
+    assert command[command.index("hf_sentcl.run") + 1] == recipe and Path(recipe).is_file()
+    configs = gpu_check.REPO / "recipes" / "accelerate_configs"
+    assert command[command.index("--config_file") + 1] == str(configs / config)
+    assert command[command.index("--num_processes") + 1] == str(processes)
+    overridden = {a.removeprefix("--") for a in command[command.index(recipe) + 1:] if a.startswith("--")}
+    assert overridden == {"model_name_or_path", "train_file", "sts_data_dir", "max_steps", "eval_steps", "save_steps",
+                          "output_dir"}
+    assert "--mixed_precision" not in command
+    assert not any(word in " ".join(command) for word in ("eval_before_training", "load_best_model_at_end",
+                                                          "precision", "dropout"))
+    assert command[command.index("--max_steps") + 1] == "20" and command[command.index("--eval_steps") + 1] == "10"
+
+
+def test_whole_run_results_must_hold_the_shipped_defaults():
+    """results.json of a whole run: 20 steps, the config's bf16, the processes launched, "before" and "after" STS
+    scores and a best step (load_best_model_at_end)."""
+    gpu_check = load_script()
+    good = {"train": {"global_step": 20, "best_step": 10}, "parallelism": {"precision": "bf16", "processes": 1},
+            "sts": {"before": {"Avg": 10.0}, "after": {"Avg": 12.0}}}
+    assert gpu_check.whole_run_problems(good, True, 1) == []
+    assert gpu_check.whole_run_problems({**good, "parallelism": {"precision": "fp32", "processes": 1}}, True, 1) == [
+        "precision fp32, not the config's bf16"]
+    assert gpu_check.whole_run_problems({**good, "sts": {"after": {"Avg": 1.0}}}, True, 1) == [
+        'no "before" STS scores']
+    assert gpu_check.whole_run_problems({**good, "train": {"global_step": 20, "best_step": None}}, True, 1) == [
+        "no best_step (load_best_model_at_end)"]
+    assert gpu_check.whole_run_problems(good, False, 2) == ["1 processes, not 2", "no export"]
+
+
+@pytest.mark.slow
+def test_the_compared_training_writes_its_final_weights(tmp_path, monkeypatch):
+    """The 1-process run of the comparisons (here on a CPU, on a tiny BERT, 2 steps) writes its final weights, every
+    tensor of the encoder, and measures how far they moved."""
+    from safetensors.torch import load_file
 
     gpu_check = load_script()
-    root = gpu_check.write_senteval(tmp_path / "senteval")
-    suite = STSEvaluator(root)
-    assert set(suite.data) == set(STS_TASKS)
-    assert sum(len(p.scores) for task in suite.data.values() for p in task.values()) == sum(
-        n for name, n in KNOWN_PAIRS.items() if "train" not in name and "dev" not in name and "trial" not in name)
-    assert len(STSEvaluator(root, tasks=("STSBenchmark",), split="dev").data["STSBenchmark"]["dev"].scores) == 1500
+    tiny = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
+    monkeypatch.setattr(gpu_check, "MODEL_CONFIG", tiny)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    result = gpu_check.worker("single", tmp_path, 2, {})
+    weights = load_file(result["weights"])
+    assert any(k.endswith("word_embeddings.weight") for k in weights) and all(
+        v.dtype == torch.float32 for v in weights.values())
+    assert 0 < result["moved"] < gpu_check.MIN_MOVED and not result["ok"]  # 2 steps move less than 30
+    assert "weights moved up to" in result["note"]
