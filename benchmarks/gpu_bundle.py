@@ -212,20 +212,27 @@ def manylinux_platforms(glibc: str = "2.28") -> list[str]:
     return tags + [legacy[m] for m in sorted(legacy, reverse=True) if m <= top]
 
 
+def write_wheel(folder: Path, name: str, version: str, modules: dict[str, str] | None = None) -> Path:
+    """A pure-Python wheel of distribution `name` at `version`, holding `modules` (path -> source), written by hand
+    (no build backend needed)."""
+    info = f"{name.replace('-', '_')}-{version}.dist-info"
+    files = {**(modules or {}),
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: gpu_bundle\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files[f"{info}/RECORD"] = "".join(f"{path},,\n" for path in files) + f"{info}/RECORD,,\n"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as wheel:
+        for member, text in files.items():
+            wheel.writestr(member, text)
+    return path
+
+
 def torch_stub(folder: Path, version: str) -> tuple[Path, str]:
     """A wheel named torch with no dependencies (its version `version`+gpucheckstub): resolving against it keeps
     torch and what only torch needs (nvidia-*, triton, ...) out of the bundle; returns it and its constraint."""
     stub_version = f"{version.split('+')[0]}+gpucheckstub"
-    info = f"torch-{stub_version}.dist-info"
-    files = {f"{info}/METADATA": f"Metadata-Version: 2.1\nName: torch\nVersion: {stub_version}\n",
-             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: gpu_check\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-    files[f"{info}/RECORD"] = "".join(f"{name},,\n" for name in files) + f"{info}/RECORD,,\n"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"torch-{stub_version}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as wheel:
-        for name, text in files.items():
-            wheel.writestr(name, text)
-    return path, f"torch=={stub_version}"
+    return write_wheel(folder, "torch", stub_version), f"torch=={stub_version}"
 
 
 def tested_versions() -> list[str]:

@@ -136,19 +136,9 @@ def test_a_transformers_older_than_pyproject_asks_counts_as_missing(on_a_gpu, tm
 
 
 def probe_wheel(folder: Path, name: str = "hfsentcl_probe_pkg", value: int = 42) -> Path:
-    """A wheel of a one-module package (`name`, VALUE = `value`), written by hand."""
-    dist = name.replace("_", "-")
-    info = f"{name}-1.0.dist-info"
-    files = {f"{name}/__init__.py": f"VALUE = {value}\n",
-             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n",
-             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-    files[f"{info}/RECORD"] = "".join(f"{n},,\n" for n in files) + f"{info}/RECORD,,\n"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}-1.0-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as wheel:
-        for n, text in files.items():
-            wheel.writestr(n, text)
-    return path
+    """A wheel of a one-module package (`name`, VALUE = `value`)."""
+    modules = {f"{name}/__init__.py": f"VALUE = {value}\n"}
+    return load_script().gpu_bundle.write_wheel(folder, name.replace("_", "-"), "1.0", modules)
 
 
 def test_a_missing_package_is_installed_from_the_bundle_and_the_check_starts_again(on_a_gpu, monkeypatch,
