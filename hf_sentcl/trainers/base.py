@@ -386,7 +386,7 @@ class ContrastiveTrainer(Trainer):
         casts the module to 16 bits: the trained ones start the fp32 masters of a fresh run, the frozen ones are saved
         (`hf_sentcl.trainers.master_weights`)."""
         if self.is_deepspeed_enabled and self.deepspeed is None and (self.args.bf16 or self.args.fp16):
-            self._weights_before_cast = weights_snapshot(self.accelerator.unwrap_model(self.model), trained=True)
+            self._weights_before_cast = weights_snapshot(self.accelerator.unwrap_model(self.model))
         return super().train(*args, **kwargs)
 
     def start_masters_at_full_precision(self) -> None:

@@ -29,12 +29,11 @@ import torch
 from torch import nn
 
 
-def weights_snapshot(module: nn.Module, trained: bool) -> dict[str, torch.Tensor]:
+def weights_snapshot(module: nn.Module) -> dict[str, torch.Tensor]:
     """CPU copies of the parameters of `module`, by state-dict name, taken before DeepSpeed casts the module to 16
-    bits: those that do not train (they never change, so these are their final values), and with `trained` those
-    that do too (where `restore_master_weights` starts them from)."""
-    return {name: p.detach().to("cpu", copy=True) for name, p in module.named_parameters()
-            if trained or not p.requires_grad}
+    bits: the trained ones are where `restore_master_weights` starts them from, the frozen ones never change (so these
+    are their final values)."""
+    return {name: p.detach().to("cpu", copy=True) for name, p in module.named_parameters()}
 
 
 def restore_master_weights(module: nn.Module, snapshot: dict[str, torch.Tensor]) -> int:
