@@ -5,13 +5,17 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
+from hf_sentcl.common import exits
+from hf_sentcl.common.distributed import finish_processes
 from hf_sentcl.common.logs import hang_dump, setup_logging
+from hf_sentcl.common.preemption import Preempted, stop_watching, watch_signals
 from hf_sentcl.methods import METHODS
 from hf_sentcl.modeling.health import TrainingFailure
 from hf_sentcl.pipeline.train import run
 from hf_sentcl.recipe.checks import checked
 from hf_sentcl.recipe.parser import USAGE as RECIPE_USAGE
 from hf_sentcl.recipe.parser import RecipeError, merged_values, method_help, parse_recipe
+from hf_sentcl.recipe.run_folder import RunComplete
 
 USAGE = f"usage: {RECIPE_USAGE}"
 
@@ -32,15 +36,26 @@ def run_recipe(argv: list[str]) -> int:
     setup_logging()
     try:
         recipe = checked(parse_recipe(argv[0], argv[1:]))
+    except RunComplete as done:  # resume_from_checkpoint: auto, requeued after the run finished
+        print(done, flush=True)
+        return exits.OK
     except (RecipeError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
+        return exits.BAD_INPUT
+    watch_signals(recipe.training.preemption_signals)
     try:
         results = run(recipe, already_checked=True)
+        failed = {"push_error", "export_error"} & set(results.get("export", {}))
+        status = exits.FAILED if failed else exits.OK
     except TrainingFailure as err:
         print(f"error: {err}", file=sys.stderr)
-        return 1
-    return 1 if {"push_error", "export_error"} & set(results.get("export", {})) else 0
+        status = exits.FAILED
+    except Preempted as stop:
+        print(f"{stop}\nexit status {exits.PREEMPTED} (preempted)", file=sys.stderr, flush=True)
+        status = exits.PREEMPTED
+    finally:
+        stop_watching()
+    return finish_processes(status)
 
 
 def method_list() -> str:

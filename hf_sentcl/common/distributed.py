@@ -87,3 +87,16 @@ def others_wait_for_main_process() -> Iterator[bool]:
         yield dist.get_rank() == 0
     finally:
         dist.barrier(group=group)
+
+
+def finish_processes(status: int) -> int:
+    """End of a run on every process: wait for the others (process 0's final evaluation and export may take long),
+    agree on one exit status (the largest: a failure or preemption anywhere is the launch's), and take the process
+    group down, so no process leaves while a peer still talks to it (gloo then aborts the leaver: 'terminate called
+    without an active exception'). Returns the agreed status."""
+    if world_size() == 1:
+        return status
+    code = torch.tensor([status], dtype=torch.int64)
+    dist.all_reduce(code, op=dist.ReduceOp.MAX, group=_long_wait_group())
+    dist.destroy_process_group()
+    return int(code.item())

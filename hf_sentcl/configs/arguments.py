@@ -10,6 +10,7 @@ from typing import Literal
 from transformers import TrainingArguments
 from transformers.trainer_utils import IntervalStrategy, SaveStrategy
 
+from hf_sentcl.common.preemption import signal_numbers
 from hf_sentcl.configs.validation import check_choices, check_range
 from hf_sentcl.evaluation.sts import STS_MODES
 from hf_sentcl.losses.false_negatives import FALSE_NEGATIVE_MODES
@@ -257,8 +258,19 @@ class SentCLTrainingArguments(TrainingArguments):
     resume_from_checkpoint: str | None = field(
         default=None,
         metadata={
-            "help": "Resume training from this checkpoint-N folder, or 'latest' / true: the latest complete "
-            "checkpoint in output_dir. Checked before the model loads (hf_sentcl.recipe.run_folder)."
+            "help": "Resume training from this checkpoint-N folder; 'latest' / true: the latest complete checkpoint "
+            "in output_dir; 'auto': that checkpoint if there is one, else a fresh start, and nothing to do (exit 0) "
+            "when output_dir holds a finished run: the setting for requeued jobs (docs/reliability.md). Checked "
+            "before the model loads (hf_sentcl.recipe.run_folder)."
+        },
+    )
+    preemption_signals: list[str] | None = field(
+        default=None,
+        # SLURM sends SIGTERM on preemption and `--signal=B:USR1@120` ahead of the time limit; Kubernetes SIGTERM.
+        metadata={
+            "help": "Signals that make the run write a checkpoint at the next step boundary and stop with exit "
+            "status 75, to be resumed by the same command (docs/reliability.md). Unset: SIGTERM and SIGUSR1; [] "
+            "leaves every signal's default action (SIGTERM kills the run)."
         },
     )
     overwrite_output_dir: bool = field(
@@ -373,6 +385,8 @@ class SentCLTrainingArguments(TrainingArguments):
         if self.mini_batch_size is not None and self.mini_batch_size < 1:
             raise ValueError(f"mini_batch_size must be a positive number of examples, got {self.mini_batch_size}.")
         check_matryoshka(self.matryoshka_dims, self.matryoshka_weights)
+        if self.preemption_signals is not None:
+            signal_numbers(self.preemption_signals)  # ValueError naming a name that is not a catchable signal
         if self.global_train_batch_size is not None:
             self.per_device_train_batch_size = per_device_batch_size(self.global_train_batch_size, self.world_size)
 

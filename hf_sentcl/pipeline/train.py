@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import json
 import logging
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -16,8 +19,9 @@ from transformers import set_seed
 from transformers.integrations import is_deepspeed_zero3_enabled, unset_hf_deepspeed_config
 
 from hf_sentcl.common.distributed import others_wait_for_main_process
-from hf_sentcl.common.layout import ADAPTER_DIRNAME
+from hf_sentcl.common.layout import ADAPTER_DIRNAME, PREEMPTED_JSON, RUN_COMPLETE_JSON
 from hf_sentcl.common.logs import quiet_library_bars, watched
+from hf_sentcl.common.preemption import Preempted, current_watch, set_phase
 from hf_sentcl.configs.arguments import eval_mixed_precision
 from hf_sentcl.evaluation.mteb import mteb_sts_scores
 from hf_sentcl.evaluation.plots import write_run_plots
@@ -109,11 +113,14 @@ class Stage:
 def run_stage(recipe: Recipe) -> dict[str, Any]:
     """One training run of an already checked recipe (or stage); returns its results dict (written to disk)."""
     set_seed(recipe.training.seed)
+    set_phase("setup")
     stage = build_stage(recipe)
     state_parallelism(stage)
     parameters = parameter_counts(stage.trainer.model)
     scores = evaluate_before(stage)
     train_output = stage.trainer.train(resume_from_checkpoint=stage.args.resume_from_checkpoint)
+    end_if_preempted(stage)
+    set_phase("finishing")  # a signal from here on stops process 0 at once: training's last checkpoint is complete
     save_trained(stage)
     results = training_results(stage, train_output, parameters)
     if stage.trainer.is_world_process_zero():
@@ -122,7 +129,50 @@ def run_stage(recipe: Recipe) -> dict[str, Any]:
         results.update(score_results(stage, encoder, scores))
         report(stage, encoder, scores, results)
         results["export"] = publish_run(encoder, results, stage.args)
+        mark_run_complete(stage.args.output_dir, results)
     return results
+
+
+def end_if_preempted(stage: Stage) -> None:
+    """Raise `Preempted` when a preemption signal stopped training (`PreemptionCallback`): process 0 first notes
+    in output_dir/preempted.json which checkpoint was written and when the signal came."""
+    step = stage.trainer.preemption.stop_step
+    if step is None:
+        return
+    watch = current_watch()
+    name = watch.received.name if watch.received is not None else "a preemption signal to another process"
+    checkpoint = Path(stage.args.output_dir) / f"checkpoint-{step}"
+    if stage.trainer.is_world_process_zero():
+        waited = watch.seconds_since_signal()
+        write_json(Path(stage.args.output_dir) / PREEMPTED_JSON, {
+            "signal": name, "step": step, "max_steps": stage.trainer.state.max_steps, "checkpoint": str(checkpoint),
+            "seconds_from_signal_to_checkpoint": None if waited is None else round(waited, 3),
+            "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        })
+    raise Preempted(
+        f"preempted by {name}: training stopped at step {step} of {stage.trainer.state.max_steps} and "
+        f"checkpoint {checkpoint} is complete. Resume: rerun the same command with 'resume_from_checkpoint: auto' "
+        "(or --resume_from_checkpoint latest).", name, step,
+    )
+
+
+def mark_run_complete(output_dir: str | Path, results: dict[str, Any]) -> None:
+    """Write output_dir/run_complete.json, the last file a run writes (a requeued `auto` run then has nothing to
+    do), and drop the note of an earlier preemption."""
+    export = results.get("export", {})
+    write_json(Path(output_dir) / RUN_COMPLETE_JSON, {
+        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "global_step": results.get("train", {}).get("global_step"),
+        **{key: export[key] for key in ("push_error", "export_error") if key in export},
+    })
+    (Path(output_dir) / PREEMPTED_JSON).unlink(missing_ok=True)
+
+
+def write_json(path: Path, value: dict[str, Any]) -> None:
+    """Write `value` to `path` whole or not at all (a temporary file renamed over it)."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(json.dumps(value, indent=2) + "\n")
+    os.replace(partial, path)
 
 
 def state_parallelism(stage: Stage) -> None:
