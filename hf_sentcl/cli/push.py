@@ -10,11 +10,26 @@ from pathlib import Path
 from hf_sentcl.common.logs import setup_logging
 from hf_sentcl.export.mteb_meta import MODEL_META_MODULE
 from hf_sentcl.export.publish import carded_for, push_export, usage_snippets
-from hf_sentcl.hub.upload import HubApi, HubError, check_repo_id, format_upload_plan, upload_plan
+from hf_sentcl.hub.upload import (
+    ATTEMPTS_ENV,
+    BACKOFF_ENV,
+    DEFAULT_ATTEMPTS,
+    DEFAULT_BACKOFF_S,
+    HubApi,
+    HubError,
+    check_repo_id,
+    format_upload_plan,
+    upload_plan,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hf-sentcl push", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="hf-sentcl push", description=__doc__.splitlines()[0],
+        epilog=f"Transient Hub failures (connection refused or reset, timeouts, HTTP 429 and 5xx) are retried: "
+               f"{ATTEMPTS_ENV} attempts in all (default {DEFAULT_ATTEMPTS}), waiting {BACKOFF_ENV} seconds "
+               f"(default {DEFAULT_BACKOFF_S:g}) doubled after each, with jitter. A push can be run again safely.",
+    )
     parser.add_argument("folder", help="An export folder written by `hf-sentcl export` or a recipe run.")
     parser.add_argument("--repo-id", required=True, help="Hub model repository ORG/NAME (created if missing).")
     parser.add_argument(

@@ -7,8 +7,10 @@ export, and that copy is uploaded in one commit through `huggingface_hub`'s `upl
 not changed. With `--mteb-results` (the folder given to `export --mteb-results`), the MTEB result files are then
 moved to `results/ORG__NAME/<pushed commit>/`, ready for a pull request to MTEB's results repository. The token
 comes from `HF_TOKEN` or `hf auth login` and is never printed. `--dry-run` renders the card, lists exactly the
-files that would be uploaded, shows the card's usage snippets and contacts nothing. A Hub error ends with a
-message and exit status 1.
+files that would be uploaded, shows the card's usage snippets and contacts nothing. Transient Hub failures
+(connection refused or reset, timeouts, HTTP 429 and 5xx) are retried with exponential backoff
+(`HF_SENTCL_PUSH_ATTEMPTS`, default 5; `HF_SENTCL_PUSH_BACKOFF_S`, default 2 s; see `hf_sentcl.hub.upload`). A Hub
+error ends with a message and exit status 1; when the attempts ran out, the message gives the command to run again.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from hf_sentcl.export.bundle import MTEB_RESULTS_DIRNAME, export_run
 from hf_sentcl.export.card import rewrite_model_card
 from hf_sentcl.export.mteb_files import rekey_mteb_results
 from hf_sentcl.export.plan import ExportError
-from hf_sentcl.hub.upload import HubApi, HubError, PushResult, push_folder, upload_plan
+from hf_sentcl.hub.upload import HubApi, HubError, PushResult, push_command, push_folder, upload_plan
 
 
 @contextlib.contextmanager
@@ -46,6 +48,16 @@ def usage_snippets(card_path: Path) -> str:
     return "\n\n".join(part.split("```", 1)[0].rstrip() for part in usage.split("```python\n")[1:])
 
 
+def retry_command(folder: str | Path, repo_id: str, *, mteb_results: str | Path | None = None,
+                  private: bool | None = None, revision: str | None = None, commit_message: str | None = None) -> str:
+    """The `hf-sentcl push` command that pushes the export `folder` again as `push_export` was asked to (the MTEB
+    results folder only when there is one)."""
+    if mteb_results is not None and not Path(mteb_results).is_dir():
+        mteb_results = None
+    return push_command(folder, repo_id, mteb_results=mteb_results, private=private, revision=revision,
+                        commit_message=commit_message)
+
+
 def push_export(
     folder: str | Path,
     repo_id: str,
@@ -57,10 +69,15 @@ def push_export(
     api: HubApi | None = None,
 ) -> tuple[PushResult, Path | None]:
     """Upload the export `folder` with its card rendered for `repo_id`; then, when `mteb_results` is given, file
-    those MTEB results under the pushed commit. Returns the push and the MTEB revision folder (or None)."""
+    those MTEB results under the pushed commit. Returns the push and the MTEB revision folder (or None).
+
+    Transient Hub failures are retried (`hf_sentcl.hub.upload`); when the attempts are spent, the `HubError` gives
+    the `hf-sentcl push` command that pushes this export again."""
+    retry = retry_command(folder, repo_id, mteb_results=mteb_results, private=private, revision=revision,
+                          commit_message=commit_message)
     with carded_for(folder, repo_id) as copy:
         result = push_folder(copy, repo_id, private=private, revision=revision, commit_message=commit_message,
-                             api=api)
+                             api=api, retry_command=retry)
     mteb_folder = None
     if mteb_results is not None and Path(mteb_results).is_dir():
         if result.commit is None:
@@ -72,7 +89,9 @@ def push_export(
 def publish_run(encoder, results: dict[str, Any], args, api: HubApi | None = None) -> dict[str, Any]:
     """End of a recipe run: export to `output_dir/export` with the model card (and the mteb results folder), then
     push the export when `args.push_to_hub`. A failed export (a diverged or collapsed model: nothing is written)
-    or push is reported under `export_error`/`push_error`, not raised; the run's checkpoints stay on disk."""
+    or push is reported under `export_error`/`push_error`, not raised; the run's checkpoints stay on disk. A push
+    error (after the retries of transient failures) carries the `hf-sentcl push` command that pushes the export
+    again, and the export is intact."""
     try:
         export_dir, _plan = export_run(encoder, results, args.output_dir, repo_id=args.hub_model_id)
     except ExportError as err:
@@ -81,15 +100,20 @@ def publish_run(encoder, results: dict[str, Any], args, api: HubApi | None = Non
     print(f"Exported for AutoModel and SentenceTransformer, with its model card: {export_dir}", flush=True)
     info: dict[str, Any] = {"path": str(export_dir)}
     if args.push_to_hub:
+        mteb_results = Path(args.output_dir) / MTEB_RESULTS_DIRNAME
         try:
             pushed, mteb_folder = push_export(
-                export_dir, args.hub_model_id, mteb_results=Path(args.output_dir) / MTEB_RESULTS_DIRNAME,
+                export_dir, args.hub_model_id, mteb_results=mteb_results,
                 private=args.hub_private_repo, revision=args.hub_revision, api=api,
             )
         except (HubError, ValueError) as err:
-            info["push_error"] = str(err)
-            print(f"error: {err}\nThe export in '{export_dir}' is intact; retry with `hf-sentcl push "
-                  f"{export_dir} --repo-id {args.hub_model_id}`.", file=sys.stderr, flush=True)
+            retry = retry_command(export_dir, args.hub_model_id, mteb_results=mteb_results,
+                                  private=args.hub_private_repo, revision=args.hub_revision)
+            message = str(err)  # a push that ran out of attempts already names the command
+            if retry not in message:
+                message += f"\nThe export in '{export_dir}' is intact; retry with `{retry}`."
+            info["push_error"] = message
+            print(f"error: {message}", file=sys.stderr, flush=True)
         else:
             info["pushed_to"] = pushed.url
             print(f"Pushed {len(pushed.files)} files to {pushed.url}", flush=True)

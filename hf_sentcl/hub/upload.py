@@ -4,10 +4,39 @@ Everything that talks to the Hub goes through an `HfApi`-like object passed as `
 The token is never taken as an argument, logged or written: `huggingface_hub` reads it from `HF_TOKEN` or from
 `hf auth login`. Hub failures (authentication, missing repository or revision, network, offline mode) become a
 `HubError` whose message says what to do; nothing local is changed by a push.
+
+Transient failures are retried with exponential backoff. Transient: a connection refused, reset or closed without an
+answer, a timeout, HTTP 408, 429 and 5xx (not 501). Everything else fails at once: HTTP 401/403/404 and other 4xx,
+offline mode, no token, a host name that does not exist. Two environment variables set the retries:
+
+    HF_SENTCL_PUSH_ATTEMPTS   attempts in all, at least 1 (default 5; 1 turns retrying off)
+    HF_SENTCL_PUSH_BACKOFF_S  seconds before the 2nd attempt, doubled before each later one, capped at 60 s
+                              (default 2: about 2, 4, 8, 16 s); each wait is drawn within +-25 % (jitter), and an
+                              answer's `Retry-After` (seconds, up to 60) is waited at least
+
+Each retry is logged as a warning on the `hf_sentcl` logger with the attempt, the wait and the error. When the
+attempts are spent, the `HubError` names the repository, the number of attempts, the last error and the
+`hf-sentcl push EXPORT --repo-id ORG/NAME` command that tries again (the export folder is never changed).
+
+An attempt is the whole push again, and repeating it is safe: `create_repo(exist_ok=True)`, `create_branch(
+exist_ok=True)`, then `upload_folder` as one commit (an export has a few files; huggingface_hub splits only folders
+of over 256 files into several commits). A commit that landed although its answer was lost (a 5xx or a reset after
+the Hub applied it) can be sent twice: a new attempt here first asks the Hub which files differ (preupload), finds
+none and makes no commit (the result's commit is then the branch head); huggingface_hub's own retry of the commit
+request sends it again as is, which makes a second commit with identical files. The repository's files are the
+export's either way. huggingface_hub retries its preupload and commit requests itself (5 retries, waits of 1 to 8 s)
+within one attempt; create_repo, create_branch and the README check (validate-yaml) are retried only here.
 """
 
 from __future__ import annotations
 
+import logging
+import math
+import os
+import random
+import shlex
+import socket
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +57,24 @@ from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS, filter_repo_objects, 
 from hf_sentcl.hub.offline import is_offline
 
 REQUIRED_EXPORT_FILES = ("config.json", "modules.json", "README.md")
+
+ATTEMPTS_ENV = "HF_SENTCL_PUSH_ATTEMPTS"
+BACKOFF_ENV = "HF_SENTCL_PUSH_BACKOFF_S"
+DEFAULT_ATTEMPTS = 5
+DEFAULT_BACKOFF_S = 2.0
+#: no wait between two attempts is longer (Retry-After included)
+MAX_BACKOFF_S = 60.0
+#: each wait is drawn within +-JITTER of its nominal value
+JITTER = 0.25
+#: HTTP answers worth another attempt: timeout, too many requests, server errors (501 Not Implemented is not)
+TRANSIENT_STATUS = frozenset({408, 429}) | (frozenset(range(500, 600)) - {501})
+#: the transport errors of huggingface_hub's HTTP client (httpx, or httpx2 for huggingface_hub 2), matched by class
+#: name so that either works: timeouts, network errors (refused, reset), a server that closed without an answer
+TRANSIENT_TRANSPORT_ERRORS = frozenset({"TimeoutException", "NetworkError", "RemoteProtocolError"})
+#: getaddrinfo's answer for a name that does not exist (retrying does not make it exist)
+_NO_SUCH_HOST = ("Name or service not known", "nodename nor servname provided", "No address associated with hostname")
+
+logger = logging.getLogger("hf_sentcl")
 
 
 class HubError(RuntimeError):
@@ -89,8 +136,10 @@ def check_hub_settings(args) -> None:
 
 
 def check_push_possible(repo_id: str | None, key: str = "hub_model_id") -> None:
-    """Fail before training when a push at the end could not work: bad repo id, offline mode, or no token."""
+    """Fail before training when a push at the end could not work: bad repo id, bad retry settings, offline mode,
+    or no token."""
     check_repo_id(repo_id, key)
+    push_retry_settings()  # a bad HF_SENTCL_PUSH_ATTEMPTS/BACKOFF_S fails now, not after training
     if is_offline():
         raise HubError("push_to_hub is set but HF_HUB_OFFLINE=1: pushing needs the network. Unset HF_HUB_OFFLINE.")
     if get_token() is None:
@@ -144,6 +193,91 @@ def describe_hub_error(err: Exception, repo_id: str, revision: str | None) -> st
     return f"Cannot push to {where}: {type(err).__name__}: {err}"
 
 
+def push_retry_settings() -> tuple[int, float]:
+    """The attempts and the first wait in seconds, from `HF_SENTCL_PUSH_ATTEMPTS` and `HF_SENTCL_PUSH_BACKOFF_S`."""
+    raw = os.environ.get(ATTEMPTS_ENV, "").strip()
+    try:
+        attempts = int(raw) if raw else DEFAULT_ATTEMPTS
+    except ValueError:
+        attempts = 0
+    if attempts < 1:
+        raise HubError(f"{ATTEMPTS_ENV}='{raw}' must be a whole number of at least 1 (attempts in all; 1: no retry).")
+    raw = os.environ.get(BACKOFF_ENV, "").strip()
+    try:
+        backoff = float(raw) if raw else DEFAULT_BACKOFF_S
+    except ValueError:
+        backoff = -1.0
+    if not (math.isfinite(backoff) and backoff >= 0):
+        raise HubError(f"{BACKOFF_ENV}='{raw}' must be a number of seconds, 0 or more (the wait before attempt 2).")
+    return attempts, backoff
+
+
+def _no_such_host(err: BaseException) -> bool:
+    """Whether `err` (or what caused it) says the host name does not exist: no retry makes it exist."""
+    seen: BaseException | None = err
+    for _ in range(8):  # the cause chain of an httpx error: ConnectError <- httpcore's <- socket.gaierror
+        if seen is None:
+            return False
+        if isinstance(seen, socket.gaierror) and seen.errno == socket.EAI_NONAME:
+            return True
+        if any(text in str(seen) for text in _NO_SUCH_HOST):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def is_transient(err: BaseException) -> bool:
+    """Whether another attempt may succeed: refused/reset connections, timeouts, HTTP 408, 429 and 5xx (not 501).
+    Offline mode, a missing token, HTTP 4xx (401, 403, 404, ...) and a host name that does not exist are not."""
+    if isinstance(err, (OfflineModeIsEnabled, LocalTokenNotFoundError)):  # a ConnectionError and an OSError
+        return False
+    if isinstance(err, HfHubHTTPError):
+        return getattr(getattr(err, "response", None), "status_code", None) in TRANSIENT_STATUS
+    transport = any(cls.__name__ in TRANSIENT_TRANSPORT_ERRORS for cls in type(err).__mro__)
+    if transport or isinstance(err, (ConnectionError, TimeoutError)):
+        return not _no_such_host(err)
+    return False
+
+
+def retry_wait(attempt: int, backoff: float, err: BaseException) -> float:
+    """Seconds to wait after failed attempt `attempt` (1-based): `backoff` doubled per attempt, capped, with jitter;
+    at least the Hub's `Retry-After` (seconds) when it sent one."""
+    wait = min(backoff * 2 ** (attempt - 1), MAX_BACKOFF_S) * random.uniform(1 - JITTER, 1 + JITTER)
+    headers = getattr(getattr(err, "response", None), "headers", None) or {}
+    retry_after = str(headers.get("retry-after", "")).strip()
+    if retry_after.isdigit():
+        wait = max(wait, min(float(retry_after), MAX_BACKOFF_S))
+    return min(wait, MAX_BACKOFF_S)
+
+
+def short_error(err: BaseException) -> str:
+    """`Type: first line` of an error, for a log line."""
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
+
+
+def push_command(
+    folder: str | Path,
+    repo_id: str,
+    *,
+    revision: str | None = None,
+    private: bool | None = None,
+    commit_message: str | None = None,
+    mteb_results: str | Path | None = None,
+) -> str:
+    """The `hf-sentcl push` command line that pushes the export `folder` as asked (for a message; shell-quoted)."""
+    argv = ["hf-sentcl", "push", str(folder), "--repo-id", repo_id]
+    if mteb_results is not None:
+        argv += ["--mteb-results", str(mteb_results)]
+    if private:
+        argv.append("--private")
+    if revision:
+        argv += ["--revision", revision]
+    if commit_message:
+        argv += ["--commit-message", commit_message]
+    return shlex.join(argv)
+
+
 def push_folder(
     folder: str | Path,
     repo_id: str,
@@ -152,31 +286,60 @@ def push_folder(
     revision: str | None = None,
     commit_message: str | None = None,
     api: HubApi | None = None,
+    retry_command: str | None = None,
 ) -> PushResult:
-    """Create the model repository if needed (and the branch `revision`), then upload `folder` in one commit.
+    """Create the model repository if needed (and the branch `revision`), then upload `folder` in one commit;
+    transient failures are retried (module docstring), others raise `HubError` at once.
 
     `private=None` keeps the Hub's default for a new repository (an existing repository keeps its visibility).
+    `retry_command`: the command a failure message gives for trying again (default: `push_command(folder, ...)`;
+    `hf-sentcl push` uploads a copy of the export, and names the export itself).
     """
     check_repo_id(repo_id)
     files = upload_plan(folder)
+    attempts, backoff = push_retry_settings()
     api = api if api is not None else HfApi()
-    try:
-        api.create_repo(repo_id, private=private, repo_type="model", exist_ok=True)
-        if revision and revision != "main":
-            api.create_branch(repo_id, branch=revision, repo_type="model", exist_ok=True)
-        info = api.upload_folder(
-            repo_id=repo_id,
-            folder_path=str(folder),
-            commit_message=commit_message or f"Upload sentence encoder exported by hf_sentcl ({len(files)} files)",
-            repo_type="model",
-            revision=revision,
-            ignore_patterns=list(DEFAULT_IGNORE_PATTERNS),
-        )
-    except (hub_errors.HTTPError, OSError) as err:  # HTTP answers, transport failures, offline mode, no token
-        raise HubError(describe_hub_error(err, repo_id, revision)) from None
+    message = commit_message or f"Upload sentence encoder exported by hf_sentcl ({len(files)} files)"
+    for attempt in range(1, attempts + 1):
+        try:
+            info = _push_once(api, folder, repo_id, private=private, revision=revision, commit_message=message)
+            break
+        except (hub_errors.HTTPError, OSError) as err:  # HTTP answers, transport failures, offline mode, no token
+            if not is_transient(err):
+                raise HubError(describe_hub_error(err, repo_id, revision)) from None
+            if attempt == attempts:
+                retry = retry_command or push_command(folder, repo_id, revision=revision, private=private,
+                                                      commit_message=commit_message)
+                last = describe_hub_error(err, repo_id, revision).rstrip(".")
+                raise HubError(
+                    f"Push to '{repo_id}' failed after {attempts} attempt{'s' if attempts > 1 else ''} "
+                    f"({ATTEMPTS_ENV}={attempts}); the last error: {last}. Nothing local was changed; push the "
+                    f"export again with `{retry}`."
+                ) from None
+            wait = retry_wait(attempt, backoff, err)
+            logger.warning("Push to '%s': attempt %d of %d failed (%s); retrying in %.3g s.",
+                           repo_id, attempt, attempts, short_error(err), wait)
+            time.sleep(wait)
     url = getattr(info, "commit_url", None) or f"https://huggingface.co/{repo_id}"
     commit = getattr(info, "oid", None)
     return PushResult(repo_id=repo_id, revision=revision, url=url, files=tuple(files), commit=commit)
+
+
+def _push_once(api: HubApi, folder: str | Path, repo_id: str, *, private: bool | None, revision: str | None,
+               commit_message: str) -> Any:
+    """One attempt, safe to repeat: the repository and branch are created only if missing, the upload is one commit
+    (files the Hub already has unchanged are not committed again)."""
+    api.create_repo(repo_id, private=private, repo_type="model", exist_ok=True)
+    if revision and revision != "main":
+        api.create_branch(repo_id, branch=revision, repo_type="model", exist_ok=True)
+    return api.upload_folder(
+        repo_id=repo_id,
+        folder_path=str(folder),
+        commit_message=commit_message,
+        repo_type="model",
+        revision=revision,
+        ignore_patterns=list(DEFAULT_IGNORE_PATTERNS),
+    )
 
 
 def format_upload_plan(files: Sequence[UploadFile]) -> str:
