@@ -97,6 +97,9 @@ def nudge_checkpoint(checkpoint: Path, amount: float = 1e-3) -> int:
     (the resumed engine takes its weights from those). Returns the number of tensors changed."""
     from safetensors.torch import save_file
 
+    from hf_sentcl.modeling.health import CHECKPOINT_COMPLETE
+    from hf_sentcl.trainers.base import write_completion_mark
+
     changed = 0
     weights = checkpoint / "model.safetensors"
     if weights.is_file():
@@ -117,4 +120,7 @@ def nudge_checkpoint(checkpoint: Path, amount: float = 1e-3) -> int:
                     tensor.add_(amount)
                     changed += 1
         torch.save(saved, path)
+    mark = checkpoint / CHECKPOINT_COMPLETE
+    if changed and mark.is_file():  # changed on purpose: record the new crc32s, or a resume skips it as damaged
+        write_completion_mark(checkpoint, json.loads(mark.read_text())["global_step"])
     return changed

@@ -9,25 +9,48 @@ away an earlier run's results, model, export or checkpoints by accident.
 A checkpoint is complete when the trainer marked it so (`CHECKPOINT_COMPLETE`, written after every process has
 written its files, see `ContrastiveTrainer._save_checkpoint`) and holds the files an exact resume needs. A
 checkpoint without the mark was cut off while being written (a crash, a full disk) and is never resumed from.
+A checkpoint is usable when it is complete and undamaged (`checkpoint_problems`): every file the mark lists has its
+recorded size and, for *.safetensors, its crc32, and every top-level *.safetensors file's header and length agree
+(marks written before the file list existed: that header check only).
+
+`resume_from_checkpoint` values: a checkpoint folder (refused when incomplete or damaged); `latest`/`true`: the
+latest usable checkpoint of output_dir or of a chained method's stage folder, skipping damaged ones with a warning;
+`auto` (requeued jobs): the same when there is one, else a fresh start, with `RunComplete` when output_dir holds a
+finished run (`run_complete.json`); checkpoint folders that are all unusable (and a `preempted.json`) are removed
+first.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import logging
 import os
 import re
 import shutil
+import struct
 import tempfile
 from pathlib import Path
 
-from hf_sentcl.common.layout import RUN_ENTRIES
+from hf_sentcl.common.layout import PREEMPTED_JSON, RUN_COMPLETE_JSON, RUN_ENTRIES
 from hf_sentcl.methods import METHODS
 from hf_sentcl.modeling.backbone import local_weight_bytes
 from hf_sentcl.modeling.health import CHECKPOINT_COMPLETE
 from hf_sentcl.recipe.parser import Recipe, RecipeError
 
+logger = logging.getLogger("hf_sentcl")
+
 #: `resume_from_checkpoint` values that mean "the latest complete checkpoint in output_dir"
 LATEST = ("latest", "true")
+#: `resume_from_checkpoint` value for requeued jobs: the latest usable checkpoint, else a fresh start
+AUTO = "auto"
+#: safetensors refuses headers above 100 MB; a length beyond that is damage, not a header to read
+_MAX_SAFETENSORS_HEADER = 100_000_000
+
+
+class RunComplete(Exception):
+    """`resume_from_checkpoint: auto` into an output_dir whose run has finished: nothing to do (the CLI exits 0).
+    Not a RecipeError: nothing is wrong with the recipe."""
 
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
@@ -65,16 +88,99 @@ def missing_checkpoint_files(checkpoint: Path) -> list[str]:
     return missing
 
 
+def safetensors_defect(path: Path) -> str | None:
+    """What is wrong with the framing of a .safetensors file, or None: an 8-byte little-endian header length, a JSON
+    header, and tensor data that ends exactly where the file does (the largest `data_offsets` end)."""
+    size = path.stat().st_size
+    if size < 8:
+        return f"truncated: {size:,} bytes, shorter than the 8-byte header length"
+    with open(path, "rb") as file:
+        (length,) = struct.unpack("<Q", file.read(8))
+        if length > min(size - 8, _MAX_SAFETENSORS_HEADER):
+            return f"truncated or damaged: its header length says {length:,} bytes, the file holds {size:,}"
+        try:
+            header = json.loads(file.read(length))
+        except (UnicodeDecodeError, ValueError):
+            return "header not valid JSON"
+    try:
+        end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+    except (AttributeError, TypeError, KeyError, IndexError, ValueError):
+        return "header not valid JSON (a tensor entry without data_offsets)"
+    expected = 8 + length + end
+    if size < expected:
+        return f"truncated: {size:,} of {expected:,} bytes"
+    if size > expected:
+        return f"{size - expected:,} bytes after the tensor data (the header accounts for {expected:,} bytes)"
+    return None
+
+
+def checkpoint_damage(checkpoint: Path) -> list[str]:
+    """'file: defect' for every file of a marked checkpoint that does not match its mark (missing, another size, crc
+    mismatch) or whose safetensors framing is broken (`safetensors_defect`); empty when it is undamaged. Sizes and
+    headers are checked first, the crc32 (about 0.5 s per GiB) only of files that pass them."""
+    from hf_sentcl.trainers.base import file_crc32  # the trainer's own, imported only when a resume needs it
+
+    try:
+        mark = json.loads((checkpoint / CHECKPOINT_COMPLETE).read_text())
+    except (UnicodeDecodeError, ValueError):
+        return [f"{CHECKPOINT_COMPLETE}: not valid JSON"]
+    recorded = mark.get("files") if isinstance(mark, dict) else None
+    recorded = recorded if isinstance(recorded, dict) else {}  # an older mark: the header check only
+    problems, to_hash = {}, []
+    for name, entry in recorded.items():
+        path, size = checkpoint / name, entry.get("size") if isinstance(entry, dict) else None
+        actual = path.stat().st_size if path.is_file() else None
+        if not isinstance(size, int):
+            problems[name] = f"{CHECKPOINT_COMPLETE} records no size for it"
+        elif actual is None:
+            problems[name] = "missing"
+        elif actual != size:
+            problems[name] = (f"truncated: {actual:,} of {size:,} bytes" if actual < size else
+                              f"{actual:,} bytes, the checkpoint recorded {size:,}")
+        elif "crc32" in entry:
+            to_hash.append((name, entry["crc32"]))
+    for path in sorted(checkpoint.glob("*.safetensors")):
+        if path.name not in problems and (defect := safetensors_defect(path)):
+            problems[path.name] = defect
+    for name, crc in to_hash:
+        if name not in problems and file_crc32(checkpoint / name) != crc:
+            problems[name] = "crc mismatch"
+    return [f"{name}: {defect}" for name, defect in problems.items()]
+
+
+def checkpoint_problems(checkpoint: Path) -> list[str]:
+    """Why `checkpoint` cannot be resumed from (empty when it is usable): the files it lacks
+    (`missing_checkpoint_files`), else its damage (`checkpoint_damage`)."""
+    return _diagnose(checkpoint)[1]
+
+
+def _diagnose(checkpoint: Path) -> tuple[str, list[str]]:
+    """('incomplete', missing files) / ('damaged', defects) / ('', []) for a usable checkpoint. A file that vanishes
+    or cannot be read meanwhile makes it damaged."""
+    try:
+        if missing := missing_checkpoint_files(checkpoint):
+            return "incomplete", missing
+        damage = checkpoint_damage(checkpoint)
+        return ("damaged", damage) if damage else ("", [])
+    except OSError as err:
+        return "damaged", [f"unreadable: {err}"]
+
+
 def latest_complete_checkpoint(folder: Path) -> Path | None:
-    """The complete checkpoint-N of `folder` with the largest N (transformers' `get_last_checkpoint` would also
-    take a half-written one)."""
+    """The usable checkpoint-N of `folder` (`checkpoint_problems`) with the largest N; later ones that are not usable
+    are skipped with a warning (transformers' `get_last_checkpoint` would take a half-written one)."""
     if not folder.is_dir():
         return None
     steps = sorted(
         ((int(m.group(1)), p) for p in folder.iterdir() if p.is_dir() and (m := _CHECKPOINT.match(p.name))),
         reverse=True,
     )
-    return next((path for _, path in steps if not missing_checkpoint_files(path)), None)
+    for _, path in steps:
+        what, problems = _diagnose(path)
+        if not problems:
+            return path
+        logger.warning("Skipping checkpoint '%s', it is %s: %s.", path, what, "; ".join(problems))
+    return None
 
 
 def run_entries(folder: Path) -> list[str]:
@@ -84,22 +190,32 @@ def run_entries(folder: Path) -> list[str]:
     return sorted({p.name for pattern in RUN_ENTRIES for p in folder.glob(pattern)})
 
 
+def _stage_folders(output_dir: Path) -> list[Path]:
+    return [output_dir / spec.stage_dirname for spec in METHODS.values() if spec.stage_dirname]
+
+
 def resolve_resume(source: str, output_dir: Path, value: str | bool | None) -> str | None:
-    """`resume_from_checkpoint` as a checked path (or None): `latest`/`true` pick the latest complete checkpoint of
-    output_dir (or of its stage-1 folder, where a chained method's first stage was cut off); a path must be a
-    complete checkpoint."""
+    """`resume_from_checkpoint` as a checked path (or None): `latest`/`true` pick the latest usable checkpoint of
+    output_dir (or of its stage-1 folder, where a chained method's first stage was cut off); `auto` the same, or None
+    where there is none, and raises `RunComplete` where output_dir holds a finished run; a path must be a usable
+    checkpoint."""
     text = str(value).strip() if value is not None else ""
     if text.lower() in ("", "false", "none"):
         return None
-    if text.lower() in LATEST:
-        stages = [output_dir / spec.stage_dirname for spec in METHODS.values() if spec.stage_dirname]
-        found = next(filter(None, map(latest_complete_checkpoint, [output_dir, *stages])), None)
-        if found is None:
+    if text.lower() == AUTO and (output_dir / RUN_COMPLETE_JSON).is_file():
+        raise RunComplete(
+            f"{source}: output_dir '{output_dir}' holds a finished run ({RUN_COMPLETE_JSON}: trained, evaluated and "
+            "exported), nothing to do. To train it again, choose another output_dir, or drop "
+            "'resume_from_checkpoint: auto' and set 'overwrite_output_dir: true'."
+        )
+    if text.lower() in (*LATEST, AUTO):
+        found = next(filter(None, map(latest_complete_checkpoint, [output_dir, *_stage_folders(output_dir)])), None)
+        if found is None and text.lower() != AUTO:
             raise RecipeError(
                 f"{source}: key 'resume_from_checkpoint' is '{text}' but output_dir '{output_dir}' holds no complete "
                 "checkpoint-N folder; start the run without resume_from_checkpoint, or name a checkpoint folder."
             )
-        return str(found)
+        return None if found is None else str(found)
     path = Path(text).expanduser()
     if not path.is_dir():
         raise RecipeError(
@@ -112,7 +228,40 @@ def resolve_resume(source: str, output_dir: Path, value: str | bool | None) -> s
             f"{source}: key 'resume_from_checkpoint': checkpoint '{text}' is incomplete, it lacks "
             f"{', '.join(missing)}; resume from an earlier complete checkpoint ('latest' picks one)."
         )
+    damage = checkpoint_problems(path)
+    if damage:
+        raise RecipeError(
+            f"{source}: key 'resume_from_checkpoint': checkpoint '{text}' is damaged: {'; '.join(damage)}; resume "
+            "from an earlier checkpoint ('latest' picks the latest usable one)."
+        )
     return str(path)
+
+
+def unusable_leftovers(output_dir: Path) -> list[Path] | None:
+    """When output_dir holds no run but checkpoint-N folders (in it or in a chained method's stage folder) that are
+    all unusable, plus perhaps a `preempted.json`: those paths (a fresh `auto` start removes them); None when it
+    holds anything else of a run. Call it only when `latest_complete_checkpoint` found nothing."""
+    leftovers = []
+    for folder in (output_dir, *_stage_folders(output_dir)):
+        entries = run_entries(folder)
+        stages = {p.name for p in _stage_folders(folder)} if folder == output_dir else set()
+        if any(not (_CHECKPOINT.match(name) or name in stages) for name in entries):
+            return None
+        leftovers += [folder / name for name in entries if _CHECKPOINT.match(name)]
+        leftovers += [folder / PREEMPTED_JSON] if (folder / PREEMPTED_JSON).is_file() else []
+    return leftovers
+
+
+def remove_leftovers(leftovers: list[Path]) -> None:
+    """Remove the unusable checkpoints (and preemption notes) a fresh `auto` start finds, with a warning."""
+    if not leftovers:
+        return
+    logger.warning(
+        "resume_from_checkpoint: auto found no usable checkpoint; removing %s and starting afresh.",
+        ", ".join(f"'{p}'" for p in leftovers),
+    )
+    for path in leftovers:
+        shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
 
 
 def check_writable(folder: Path, label: str) -> None:
@@ -150,12 +299,28 @@ def check_free_space(recipe: Recipe, output_dir: Path) -> None:
         )
 
 
+def refuse_existing_run(recipe: Recipe, output_dir: Path, entries: list[str]) -> None:
+    shown = ", ".join(entries[:6]) + (", ..." if len(entries) > 6 else "")
+    if str(recipe.training.resume_from_checkpoint).strip().lower() == AUTO:
+        raise RecipeError(
+            f"{recipe.source}: key 'output_dir': '{output_dir}' already holds a run ({shown}) but no usable "
+            "checkpoint for 'resume_from_checkpoint: auto' to resume (see the warnings above). Choose another "
+            "output_dir, or set 'overwrite_output_dir: true' to replace it."
+        )
+    raise RecipeError(
+        f"{recipe.source}: key 'output_dir': '{output_dir}' already holds a run ({shown}). Choose another "
+        "output_dir, resume it with '--resume_from_checkpoint latest', or set 'overwrite_output_dir: true' "
+        "to replace it."
+    )
+
+
 def check_run_folder(recipe: Recipe) -> Recipe:
     """Check output_dir and resume_from_checkpoint before any work; returns the recipe with
     `resume_from_checkpoint` resolved to a checkpoint folder (or None). Raises RecipeError naming the key and
-    what to do. With `overwrite_output_dir: true`, earlier checkpoint-N folders are removed (the main process
-    only) so that neither a later `latest` resume nor checkpoint rotation mixes them with the new run; the
-    other files are replaced as the new run writes them."""
+    what to do, and `RunComplete` for `auto` into a finished run. With `overwrite_output_dir: true`, earlier
+    checkpoint-N folders are removed (the main process only) so that neither a later `latest` resume nor checkpoint
+    rotation mixes them with the new run; the other files are replaced as the new run writes them. `auto` without a
+    usable checkpoint removes unusable ones the same way (`unusable_leftovers`) and starts afresh."""
     args = recipe.training
     if not args.output_dir:
         return recipe  # validate_recipe names the missing key
@@ -163,13 +328,12 @@ def check_run_folder(recipe: Recipe) -> Recipe:
     resume = resolve_resume(recipe.source, output_dir, args.resume_from_checkpoint)
     entries = run_entries(output_dir)
     is_resume_here = resume is not None and Path(resume).resolve().is_relative_to(output_dir.resolve())
+    auto = resume is None and str(args.resume_from_checkpoint).strip().lower() == AUTO
+    leftovers = unusable_leftovers(output_dir) if auto else None
+    if leftovers is not None:
+        entries = []  # only unusable checkpoints: removed below, a fresh start
     if entries and not is_resume_here and not args.overwrite_output_dir:
-        shown = ", ".join(entries[:6]) + (", ..." if len(entries) > 6 else "")
-        raise RecipeError(
-            f"{recipe.source}: key 'output_dir': '{output_dir}' already holds a run ({shown}). Choose another "
-            "output_dir, resume it with '--resume_from_checkpoint latest', or set 'overwrite_output_dir: true' "
-            "to replace it."
-        )
+        refuse_existing_run(recipe, output_dir, entries)
     created = not output_dir.exists()
     check_writable(output_dir, f"{recipe.source}: key 'output_dir'")
     try:
@@ -178,7 +342,10 @@ def check_run_folder(recipe: Recipe) -> Recipe:
         if created:  # leave no empty folder behind a refused run
             output_dir.rmdir()
         raise
-    if entries and args.overwrite_output_dir and not is_resume_here and int(os.environ.get("RANK", "0")) == 0:
+    main_process = int(os.environ.get("RANK", "0")) == 0
+    if leftovers and main_process:
+        remove_leftovers(leftovers)
+    if entries and args.overwrite_output_dir and not is_resume_here and main_process:
         for old in output_dir.glob("checkpoint-*"):
             if old.is_dir():
                 shutil.rmtree(old)

@@ -259,7 +259,7 @@ def settle_checkpoint_write(folder: Path, error: BaseException | None, remove: b
     if state == _WRITE_FAILED:
         if error is not None:
             raise error
-        raise TrainingFailure(f"another process failed while writing checkpoint '{folder}' (its error is above).")
+        raise TrainingFailure(f"another process failed while writing checkpoint '{folder}'; its error is in the log.")
     if remove:
         shutil.rmtree(folder, ignore_errors=True)
     if world_size() > 1:  # the folder is gone before any process measures the free space
@@ -558,6 +558,37 @@ class ContrastiveTrainer(Trainer):
         module = self.accelerator.unwrap_model(self.model)
         state = master_state_dict(module, getattr(self, "_weights_before_cast", {}), keep=self.args.should_save)
         self._save(output_dir or self.args.output_dir, state_dict=state)
+
+    def _run_epoch(self, *args, **kwargs):
+        """Trainer's pass over the data, skipped when a resumed checkpoint is already at `max_steps` (a run stopped
+        after training: the requeued run only evaluates and exports). Trainer would run one step past max_steps
+        first: it checks the step count only after each step."""
+        if self.state.max_steps > 0 and self.state.global_step >= self.state.max_steps:
+            self.control.should_training_stop = True
+            return None
+        return super()._run_epoch(*args, **kwargs)
+
+    def _finalize_training(self, *args, **kwargs):
+        """Trainer's end of training, except that with `save_total_limit: 1` the last checkpoint is kept when it is
+        not the best: Trainer would delete it here, and a run stopped before its final evaluation and export would
+        then resume from the best checkpoint and train the steps after it again. `prune_after_run` deletes it once
+        the run is complete."""
+        limit = self.args.save_total_limit
+        self.args.save_total_limit = None if limit == 1 else limit
+        try:
+            return super()._finalize_training(*args, **kwargs)
+        finally:
+            self.args.save_total_limit = limit
+
+    def prune_after_run(self) -> None:
+        """With `save_total_limit: 1`, delete every checkpoint but the best once the run is complete (process 0), as
+        Trainer does at the end of training (see `_finalize_training`)."""
+        best = self.state.best_model_checkpoint
+        if self.args.save_total_limit != 1 or not best or not Path(best).is_dir() or not self.args.should_save:
+            return
+        for checkpoint in Path(self._get_output_dir(trial=None)).glob(f"{PREFIX_CHECKPOINT_DIR}-*"):
+            if checkpoint.is_dir() and not checkpoint.samefile(best):
+                shutil.rmtree(checkpoint, ignore_errors=True)
 
     # ------------------------------------------------------------------ checkpoints
     def _load_best_model(self) -> None:
