@@ -1,68 +1,500 @@
-"""Checks of a local training file's content, before any model loads: a supported extension, UTF-8 text, and at
-least one usable example. `count_train_examples` also returns how many there are, so a recipe can compare them
-with its batch (`hf_sentcl.recipe.checks.validate_recipe`).
+"""Checks of a local training file's content, before any model loads, and the account of what loading will repair or
+drop (`DataCleaning`, reported in results.json under `train.data_cleaning`).
+
+One pass over the file's bytes (`scan_data_file`, cached per file version, so the check before the model loads and
+the loading itself read the file once) finds every defect; then each defect is either repaired or dropped, with a
+count, or refused with the file and the 1-based line named. A line is a physical line: `\\n`, `\\r\\n` or a lone `\\r`
+ends one (as Python's `open`, `datasets` and `pandas` read them). Per defect, and why:
+
+- **invalid UTF-8 bytes** (.txt, .csv, .tsv): each bad sequence is replaced by U+FFFD and the lines are counted
+  (`invalid_utf8_lines_repaired`): a few corrupt bytes in a million-line scraped corpus should not cost the run.
+  When more than `MAX_INVALID_UTF8_FRACTION` (1%) of the lines hold them, the file is in another encoding (Latin-1,
+  cp1252) and repairing would blank out every accented letter, so it is refused with the first offending line and
+  byte. .json/.jsonl files are refused at the first bad byte (their reader cannot repair).
+- **NUL bytes**: removed, lines counted (`nul_lines_repaired`). They are never text: a NUL comes from a binary or
+  UTF-16 file glued in, or a crashed writer's zero-filled block; the rest of the line is kept.
+- **CRLF (and lone CR) line ends**: read as `\\n`, counted (`crlf_line_ends_normalised`, INFO only): a file written
+  on Windows trains exactly like its LF copy, but a `\\r` should never end up inside a sentence.
+- **blank lines** (nothing but whitespace): dropped, counted (`blank_lines_dropped`, INFO only): they hold no
+  example, and an empty sentence would be a batch's degenerate positive pair.
+- **overlong lines/fields**: kept, stripped and cut to `max_text_chars(max_seq_length)` characters (100 per token, at
+  least 10,000: far more than `max_seq_length` tokens can cover, so the model sees exactly what it would have seen),
+  counted (`lines_truncated`). Tokenising a many-megabyte "line" (a file without line ends) would take minutes and
+  the memory of the whole line for `max_seq_length` tokens.
+- **CSV row with a missing value** (an empty cell or a short row, in a column the method reads): dropped, counted
+  (`missing_value_rows_dropped`) with its line: a triplet without its hard negative (or a pair without its
+  partner) is not an example, and a single row should not stop a run. Cells are read as strings, so sentences like
+  "NA", "null" or "None" are text, not missing values (pandas' default would drop them silently).
+- **CSV unbalanced quote**: refused, naming the line where the quote opened. An unclosed `"` makes every parser
+  read the following lines, delimiters and line ends included, as one field; the rows it swallows can even leave
+  the right number of fields, so no repair can be trusted. For the same reason a training CSV holds one row per
+  line: a quoted field that spans lines is refused too (a real line break inside a sentence is replaced by a space
+  before training anyway), as is text after a closing quote (`"a"b`: quotes inside a field must be doubled).
+- **CSV row with more fields than the header**: refused, naming the line and how many rows are affected. An extra
+  field is almost always an unquoted delimiter inside a sentence, which shifts that row's sentences into the wrong
+  columns; dropping such rows would hide a writer bug that usually affects many rows, and the fix (quote the
+  fields) is the user's.
+
+`count_train_examples` returns the number of usable examples, so a recipe can compare them with its batch
+(`hf_sentcl.recipe.checks.validate_recipe`).
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
 import functools
 import io
 import json
+import logging
+import os
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+logger = logging.getLogger("hf_sentcl")
 
 #: file extension -> `datasets` builder
 FILE_BUILDERS = {"txt": "text", "text": "text", "csv": "csv", "tsv": "csv", "json": "json", "jsonl": "json"}
 
+#: more lines than this with invalid UTF-8 bytes: the file is refused as not UTF-8 (fewer are repaired)
+MAX_INVALID_UTF8_FRACTION = 0.01
+#: the bound on a text's characters, per token of max_seq_length, and at least (see `max_text_chars`)
+CHARS_PER_TOKEN = 100
+MIN_TEXT_CHARS = 10_000
+
+#: the counts of a `DataCleaning`, in report order: rows dropped, then texts repaired
+DROP_COUNTS = ("blank_lines_dropped", "missing_value_rows_dropped")
+REPAIR_COUNTS = ("invalid_utf8_lines_repaired", "nul_lines_repaired", "crlf_line_ends_normalised", "lines_truncated")
+#: counts logged at INFO (harmless, expected in ordinary files); any other non-zero count is logged at WARNING
+INFO_COUNTS = ("blank_lines_dropped", "crlf_line_ends_normalised", "no_gold_label_rows_dropped")
+_PHRASES = {
+    "blank_lines_dropped": "{n:,} blank line(s) dropped",
+    "missing_value_rows_dropped": "{n:,} row(s) with a missing value dropped",
+    "no_gold_label_rows_dropped": "{n:,} pair(s) without a gold label dropped",
+    "invalid_utf8_lines_repaired": "{n:,} line(s) with invalid UTF-8 repaired (bad bytes -> U+FFFD)",
+    "nul_lines_repaired": "{n:,} line(s) with NUL bytes repaired (NULs removed)",
+    "crlf_line_ends_normalised": "{n:,} CRLF/CR line end(s) read as LF",
+    "lines_truncated": "{n:,} text(s) longer than {bound:,} characters cut to that length",
+}
+
+
+def max_text_chars(max_seq_length: int) -> int:
+    """The longest text (characters) kept whole: `CHARS_PER_TOKEN` per token of `max_seq_length`, at least
+    `MIN_TEXT_CHARS`. A WordPiece token covers at most 100 characters (longer words become [UNK]), so the cut never
+    changes the first `max_seq_length` tokens of ordinary text; it only bounds the tokeniser's work."""
+    return max(MIN_TEXT_CHARS, CHARS_PER_TOKEN * max_seq_length)
+
+
+@dataclass
+class DataCleaning:
+    """What loading the training data repaired and dropped; `as_dict()` is results.json's `train.data_cleaning`.
+
+    `rows_read` counts the source's rows (a file's lines, below the header for a table); `rows_kept` = `rows_read`
+    less the `*_dropped` counts. A line can count under several headings (a line of NULs alone is repaired, then
+    dropped as blank). `first_line` gives the 1-based line of each non-zero count's first case, where known.
+    """
+
+    source: str  # for the log, e.g. "train_file 'train.txt'"
+    file: str | None  # the file's name (a Hub address as given), never a local folder
+    format: str  # text, csv, json, dataset, unlabeled_sts, senteval
+    rows_read: int
+    rows_kept: int
+    counts: dict[str, int] = field(default_factory=dict)
+    first_line: dict[str, int] = field(default_factory=dict)
+    max_chars_per_text: int | None = None
+
+    @classmethod
+    def for_source(cls, source: str, format: str, rows_read: int, rows_kept: int, **extra: int) -> DataCleaning:
+        """A source that is not a scanned file (a `datasets` id, the STS sentences): only dropped rows to count."""
+        counts = {key: 0 for key in (*DROP_COUNTS, *REPAIR_COUNTS)}
+        counts["missing_value_rows_dropped"] = rows_read - rows_kept - sum(extra.values())
+        counts.update(extra)
+        return cls(source, None, format, rows_read, rows_kept, counts)
+
+    def drop(self, key: str, number: int, first_line: int | None = None) -> None:
+        """Record `number` more rows dropped under `key` (e.g. NLI pairs without a gold label)."""
+        self.counts[key] = self.counts.get(key, 0) + number
+        self.rows_kept -= number
+        if number and first_line is not None:
+            self.first_line.setdefault(key, first_line)
+
+    @property
+    def changed(self) -> bool:
+        return any(self.counts.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "format": self.format,
+            "rows_read": self.rows_read,
+            "rows_kept": self.rows_kept,
+            **self.counts,
+            "max_chars_per_text": self.max_chars_per_text,
+            "first_line": dict(self.first_line),
+        }
+
+    def summary(self) -> str:
+        parts = []
+        for key, number in self.counts.items():
+            if number:
+                where = f" (first: line {self.first_line[key]})" if key in self.first_line else ""
+                parts.append(_PHRASES.get(key, key + ": {n}").format(n=number, bound=self.max_chars_per_text) + where)
+        return f"{self.source}: {self.rows_read:,} rows read, {self.rows_kept:,} kept; " + "; ".join(parts) + "."
+
+    def log(self) -> None:
+        """One line on the `hf_sentcl` logger when anything was repaired or dropped (process 0 only): WARNING when
+        text was changed or rows lost for a defect, INFO for blank lines, line ends and unlabelled NLI pairs."""
+        if not self.changed or os.environ.get("RANK", "0") != "0":
+            return
+        serious = any(number for key, number in self.counts.items() if key not in INFO_COUNTS)
+        logger.log(logging.WARNING if serious else logging.INFO, "%s", self.summary())
+
+
+@dataclass(frozen=True)
+class FileScan:
+    """What one pass over a local training file found (`scan_data_file`). Rows are lines (below the header line for
+    a csv/tsv); `problem` is the reason to refuse the file (`check_data_file`), None when it can be trained on."""
+
+    path: Path
+    label: str  # "train_file" or "NLI file", the start of every message
+    format: str  # text, csv or json
+    rows_read: int
+    usable: int  # rows with some non-blank text: `count_train_examples`
+    header: tuple[str, ...] = ()
+    problem: str | None = None
+    invalid_utf8: tuple[int, int] = (0, 0)  # (lines, first line)
+    nul: tuple[int, int] = (0, 0)
+    line_ends: tuple[int, int] = (0, 0)  # CRLF / lone CR line ends, first line
+    #: row index -> blank? per column (csv) or for the one text column (txt); the rows with no text at all
+    blank_cells: tuple[np.ndarray, ...] = ()
+    blank_rows: np.ndarray | None = None
+    #: (row index, column index, characters, non-blank) of every text longer than MIN_TEXT_CHARS
+    long_texts: tuple[tuple[int, int, int, bool], ...] = ()
+
+    @property
+    def first_row_line(self) -> int:
+        """The line of row 0 (rows are one line each in a file without `problem`)."""
+        return 2 if self.format == "csv" else 1
+
+    def cleaning(self, columns: tuple[str, ...] | None, max_chars: int) -> DataCleaning:
+        """The account of loading this file's `columns` (None: a .txt's one column) with texts cut to `max_chars`."""
+        counts = {key: 0 for key in (*DROP_COUNTS, *REPAIR_COUNTS)}
+        first: dict[str, int] = {}
+        for key, (number, line) in (("invalid_utf8_lines_repaired", self.invalid_utf8), ("nul_lines_repaired", self.nul),
+                                    ("crlf_line_ends_normalised", self.line_ends)):
+            counts[key] = number
+            if number:
+                first[key] = line
+        kept = self.rows_read
+        if self.format in ("text", "csv"):
+            indices = [0] if columns is None else [self.header.index(c) for c in columns]
+            blank_rows = self.blank_rows
+            missing = np.zeros(self.rows_read, dtype=bool)
+            for i in indices:
+                missing |= self.blank_cells[i]
+            missing &= ~blank_rows
+            dropped = blank_rows | missing
+            for key, rows in (("blank_lines_dropped", blank_rows), ("missing_value_rows_dropped", missing)):
+                counts[key] = int(rows.sum())
+                if counts[key]:
+                    first[key] = int(np.argmax(rows)) + self.first_row_line
+            truncated = sorted(row for row, column, chars, text in self.long_texts
+                               if column in indices and chars > max_chars and text and not dropped[row])
+            counts["lines_truncated"] = len(truncated)
+            if truncated:
+                first["lines_truncated"] = truncated[0] + self.first_row_line
+            kept -= int(dropped.sum())
+        name = self.path.name
+        return DataCleaning(f"{self.label} '{name}'", name, self.format, self.rows_read, kept, counts, first,
+                            max_chars if self.format in ("text", "csv") else None)
+
 
 def count_train_examples(path: Path) -> int:
     """Return the number of usable examples in the local training file `path` (.txt: non-blank lines; .csv/.tsv:
-    non-blank rows below the header; .jsonl/.json: JSON lines, or the items of one JSON list).
+    rows below the header with some text; .jsonl/.json: JSON lines, or the items of one JSON list).
 
-    Raises ValueError naming the file (and line) when the extension is unsupported, the bytes are not UTF-8, or
-    there is no usable example. The result is cached per file version, so checking twice reads the file once.
+    Raises ValueError naming the file (and line) when the extension is unsupported, the bytes are not UTF-8 (more
+    than 1% of the lines, or any in a JSON file), or there is no usable example. The scan is cached per file
+    version, so checking twice reads the file once.
     """
+    return scan_data_file(path).usable
+
+
+def check_data_file(path: Path, label: str = "train_file") -> FileScan:
+    """`scan_data_file`, raising ValueError (file and line named) when the file is refused: see the module's notes."""
+    scan = scan_data_file(path, label)
+    if scan.problem:
+        raise ValueError(scan.problem)
+    return scan
+
+
+def scan_data_file(path: Path, label: str = "train_file") -> FileScan:
+    """One pass over the local file `path` (cached per path, modification time and size): counts of every defect
+    the loader repairs or drops, and `problem` when it must be refused. ValueError when it cannot be read at all
+    (unsupported extension, not UTF-8, no usable example, invalid JSON)."""
     stat = path.stat()
-    return _count(str(path), stat.st_mtime_ns, stat.st_size)
+    return _scan(str(path), stat.st_mtime_ns, stat.st_size, label)
 
 
 @functools.lru_cache(maxsize=16)
-def _count(path_text: str, mtime_ns: int, size: int) -> int:
+def _scan(path_text: str, mtime_ns: int, size: int, label: str) -> FileScan:
     path = Path(path_text)
     suffix = path.suffix.lower().lstrip(".")
     if suffix not in FILE_BUILDERS:
         raise ValueError(
-            f"train_file '{path}': unsupported extension '{path.suffix or '(none)'}'; use one of "
+            f"{label} '{path}': unsupported extension '{path.suffix or '(none)'}'; use one of "
             f"{', '.join('.' + s for s in FILE_BUILDERS)}."
         )
+    builder = FILE_BUILDERS[suffix]
     data = path.read_bytes()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = data.count(b"\n", 0, err.start) + 1
-        raise ValueError(
-            f"train_file '{path}' is not UTF-8 text: line {line} has the byte {data[err.start]:#04x}, which is not "
-            "valid UTF-8. Convert the file to UTF-8 (e.g. `iconv -f latin1 -t utf-8`)."
-        ) from None
-    if not text.strip():
+    text, bad_bytes = _decode(data)
+    ends = _LineEnds(data)
+    invalid = (0, 0)
+    if bad_bytes:
+        lines_in_file = ends.lines
+        bad_lines = np.unique(ends.line_of(bad_bytes))
+        first = int(bad_lines[0]) + 1
+        if builder == "json" or len(bad_lines) > MAX_INVALID_UTF8_FRACTION * lines_in_file:
+            share = "" if builder == "json" else (
+                f" ({len(bad_lines):,} of {lines_in_file:,} lines have invalid bytes: more than "
+                f"{MAX_INVALID_UTF8_FRACTION:.0%}, so the file is in another encoding)")
+            raise ValueError(
+                f"{label} '{path}' is not UTF-8 text: line {first} has the byte {data[bad_bytes[0]]:#04x}, which is "
+                f"not valid UTF-8{share}. Convert the file to UTF-8 (e.g. `iconv -f latin1 -t utf-8`)."
+            )
+        invalid = (len(bad_lines), first)
+    if not text or text.isspace():
         state = "empty" if not text else "blank lines only"
         raise ValueError(
-            f"train_file '{path}' has no usable training text ({state}); give a file with one example per line."
+            f"{label} '{path}' has no usable training text ({state}); give a file with one example per line."
         )
-    builder = FILE_BUILDERS[suffix]
+    nul, nul_lines = (0, 0), np.zeros(0, dtype=np.int64)
+    if "\x00" in text:
+        nul_lines = np.unique(ends.line_of(np.flatnonzero(np.frombuffer(data, np.uint8) == 0)))
+        nul = (len(nul_lines), int(nul_lines[0]) + 1)
+    line_ends = (0, 0)
+    if ends.returns:
+        line_ends = (ends.returns, ends.line_at(data.index(b"\r")))
+    common = {"invalid_utf8": invalid, "nul": nul, "line_ends": line_ends}
+    if builder == "text":
+        return _scan_lines(path, label, _split_lines(text, ends, nul_lines), **common)
+    if builder == "json" and nul[0]:
+        text = text.replace("\x00", "")
+    if ends.returns > ends.crlf:  # `csv` reads CRLF itself, but a lone CR outside its count of lines
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
     if builder == "csv":
-        rows = list(csv.reader(io.StringIO(text), delimiter="\t" if suffix == "tsv" else ","))
-        count = sum(1 for row in rows[1:] if any(cell.strip() for cell in row))
-        what = "rows below its header"
-    elif builder == "json" and text.lstrip().startswith("["):
+        scan = _scan_table(path, label, text, "\t" if suffix == "tsv" else ",", **common)
+    else:
+        scan = _scan_json(path, label, text, **common)
+    return _usable(scan)
+
+
+def _usable(scan: FileScan) -> FileScan:
+    if scan.usable == 0:
+        what = {"text": "non-blank lines", "csv": "rows below its header"}.get(scan.format, "JSON records")
+        raise ValueError(f"{scan.label} '{scan.path}' has no usable training examples (no {what}).")
+    return scan
+
+
+def _split_lines(text: str, ends: _LineEnds, nul_lines: np.ndarray) -> list[str]:
+    """The lines of a .txt file as `datasets`' text builder reads them (split at LF, CRLF and lone CR only), NULs
+    removed."""
+    if ends.returns and ends.returns == ends.crlf == ends.newlines:  # a Windows file: every line ends with CRLF
+        lines = text.split("\r\n")
+    else:
+        if ends.returns:
+            text = text.replace("\r\n", "\n")
+            if ends.returns > ends.crlf:
+                text = text.replace("\r", "\n")
+        lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    for i in nul_lines:
+        lines[i] = lines[i].replace("\x00", "")
+    return lines
+
+
+def _scan_lines(path: Path, label: str, lines: list[str], **common) -> FileScan:
+    """A .txt file: one example per line."""
+    blank = _blanks(lines)
+    return _usable(FileScan(path, label, "text", len(lines), len(lines) - int(blank.sum()), ("text",),
+                            blank_cells=(blank,), blank_rows=blank, long_texts=_long_texts(lines, 0), **common))
+
+
+def _scan_table(path: Path, label: str, text: str, delimiter: str, **common) -> FileScan:
+    """A .csv/.tsv file, parsed as `csv` (and pandas) do, with every row checked against the header line."""
+    text = text.removeprefix("\ufeff")  # a byte-order mark (Excel's "UTF-8 CSV"), which pandas skips too
+    lines = text.count("\n") + (not text.endswith("\n"))
+    with _no_field_size_limit():
+        try:
+            rows = list(csv.reader(io.StringIO(text), delimiter=delimiter, strict=True))
+            problem = None if len(rows) == lines else _quote_problem(path, label, text, delimiter)
+        except csv.Error:
+            rows = list(csv.reader(io.StringIO(text), delimiter=delimiter))
+            problem = _quote_problem(path, label, text, delimiter)
+    header = tuple(name or f"Unnamed: {i}" for i, name in enumerate(rows[0])) if rows else ()
+    body = rows[1:]
+    fields = np.fromiter(map(len, body), dtype=np.int64, count=len(body))
+    width = len(header)
+    columns = []
+    long_texts = []
+    for i in range(width):
+        values = list(map(itemgetter(i), body)) if fields.size == 0 or fields.min() > i else [
+            row[i] if len(row) > i else "" for row in body]
+        if common["nul"][0]:  # parsed with its NULs (as pandas does: a NUL before a quote makes it text), counted without
+            values = [v.replace("\x00", "") for v in values]
+        columns.append(_blanks(values))
+        long_texts += _long_texts(values, i)
+    all_blank = np.logical_and.reduce(columns) if columns else np.ones(len(body), dtype=bool)
+    blank_rows = (fields == 0) | ((fields == 1) & (columns[0] if columns else True))
+    if problem is None:
+        problem = _header_problem(path, label, header)
+    if problem is None and (fields > width).any():
+        extra = np.flatnonzero(fields > width)
+        problem = (
+            f"{label} '{path}' line {int(extra[0]) + 2}: {int(fields[extra[0]])} fields where the header (line 1) "
+            f"has {width} ({len(extra):,} row(s) like this): an unquoted '{delimiter}' inside a text? Quote such "
+            "fields (\"a, b\") or remove the extra fields."
+        )
+    return FileScan(path, label, "csv", len(body), len(body) - int(all_blank.sum()), header, problem,
+                    blank_cells=tuple(columns), blank_rows=blank_rows, long_texts=tuple(long_texts), **common)
+
+
+def _scan_json(path: Path, label: str, text: str, **common) -> FileScan:
+    """A .json list or .jsonl file: counted only (its reader, pyarrow's, refuses what it cannot parse)."""
+    if text.lstrip().startswith("["):
         try:
             count = len(json.loads(text))
         except json.JSONDecodeError as err:
-            raise ValueError(f"train_file '{path}': not valid JSON (line {err.lineno}: {err.msg}).") from None
-        what = "items in its JSON list"
+            raise ValueError(f"{label} '{path}': not valid JSON (line {err.lineno}: {err.msg}).") from None
     else:
-        count = sum(1 for line in text.splitlines() if line.strip())
-        what = "non-blank lines"
-    if count == 0:
-        raise ValueError(f"train_file '{path}' has no usable training examples (no {what}).")
-    return count
+        count = sum(map(bool, map(str.strip, text.split("\n"))))
+    return FileScan(path, label, "json", count, count, **common)
+
+
+def _quote_problem(path: Path, label: str, text: str, delimiter: str) -> str:
+    """The message for the first row that is not one line of well-formed fields: an unbalanced quote (a field that
+    runs across line ends, or to the end of the file) or text after a closing quote."""
+    reader = csv.reader(io.StringIO(text), delimiter=delimiter, strict=True)
+    start = 1
+    try:
+        for _ in reader:
+            if reader.line_num > start:
+                return (f"{label} '{path}' line {start}: a quoted field opens on this line and runs on to line "
+                        f"{reader.line_num}: an unbalanced quote (\")? A training file holds one row per line; close "
+                        "the quote, double quotes inside a quoted field (\"\"), or replace line breaks in a text with "
+                        "spaces.")
+            start = reader.line_num + 1
+    except csv.Error as err:
+        if "end of data" in str(err):
+            return (f"{label} '{path}' line {start}: a quote (\") opens a field on this line and is never closed: "
+                    f"the parser would read the rest of the file (lines {start}-{max(reader.line_num, start)}) as "
+                    "one field. Close the quote or double quotes inside a quoted field (\"\").")
+        if reader.line_num > start:
+            return (f"{label} '{path}' line {start}: a quoted field opens on this line and runs on to line "
+                    f"{reader.line_num}, where text follows its closing quote: an unbalanced quote (\")? Close the "
+                    "quote or double quotes inside a quoted field (\"\").")
+        return (f"{label} '{path}' line {reader.line_num}: text follows a closing quote ({err}); a quote inside a "
+                "quoted field must be doubled (\"\").")
+    return f"{label} '{path}': the rows do not match its lines (a quoted field that spans lines?)."
+
+
+def _header_problem(path: Path, label: str, header: tuple[str, ...]) -> str | None:
+    seen = set()
+    for name in header:
+        if name in seen:
+            return f"{label} '{path}' line 1: the header names the column '{name}' twice; give each column its own name."
+        seen.add(name)
+    return None
+
+
+def _blanks(values: list[str]) -> np.ndarray:
+    """Per value: nothing but whitespace?"""
+    return ~np.fromiter(map(bool, map(str.strip, values)), dtype=bool, count=len(values))
+
+
+def _long_texts(values: list[str], column: int) -> list[tuple[int, int, int, bool]]:
+    """(index, column, length, non-blank) of each value longer than MIN_TEXT_CHARS."""
+    if not values or max(map(len, values)) <= MIN_TEXT_CHARS:
+        return []
+    lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
+    return [(int(i), column, int(lengths[i]), bool(values[i].strip())) for i in np.flatnonzero(lengths > MIN_TEXT_CHARS)]
+
+
+class _LineEnds:
+    """Where the lines of `data` end (LF, CRLF or a lone CR), found once and only when a line number is needed."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+        self.returns = data.count(b"\r") if b"\r" in data else 0
+        self.crlf = data.count(b"\r\n") if self.returns else 0
+
+    @functools.cached_property
+    def newlines(self) -> int:
+        return self.data.count(b"\n")
+
+    @functools.cached_property
+    def offsets(self) -> np.ndarray:
+        array = np.frombuffer(self.data, dtype=np.uint8)
+        offsets = np.flatnonzero(array == 10)
+        if self.returns > self.crlf:  # lone CRs end lines too
+            cr = np.flatnonzero(array == 13)
+            lone = cr[(cr + 1 == len(array)) | (array[np.minimum(cr + 1, len(array) - 1)] != 10)]
+            offsets = np.sort(np.concatenate([offsets, lone]))
+        return offsets
+
+    @property
+    def lines(self) -> int:
+        """Physical lines: line ends plus a last line without one."""
+        ends = self.offsets
+        return len(ends) + bool(self.data and (not len(ends) or ends[-1] != len(self.data) - 1))
+
+    def line_at(self, position: int) -> int:
+        """The 1-based line of one byte offset (counted directly: cheap for an offset near the start)."""
+        head = self.data[:position]
+        return head.count(b"\n") + head.count(b"\r") - head.count(b"\r\n") + 1
+
+    def line_of(self, positions) -> np.ndarray:
+        """The 0-based line of each byte offset in `positions`."""
+        return np.searchsorted(self.offsets, np.asarray(positions, dtype=np.int64), side="left")
+
+
+_decoding = threading.local()
+
+
+def _note_invalid(err: UnicodeDecodeError) -> tuple[str, int]:
+    """Codec error handler: `errors="replace"` (one U+FFFD per bad sequence) that also notes where each one is."""
+    _decoding.positions.append(err.start)
+    return "\ufffd", err.end
+
+
+codecs.register_error("hf_sentcl.note_invalid", _note_invalid)
+
+
+def _decode(data: bytes) -> tuple[str, list[int]]:
+    """The text (bad sequences replaced as `errors="replace"` does) and the byte offset of each bad sequence."""
+    try:
+        return data.decode("utf-8"), []
+    except UnicodeDecodeError:
+        pass
+    _decoding.positions = positions = []
+    try:
+        return data.decode("utf-8", "hf_sentcl.note_invalid"), positions
+    finally:
+        del _decoding.positions
+
+
+@contextmanager
+def _no_field_size_limit():
+    """`csv` refuses fields over 131,072 characters by default; overlong texts are cut when loaded, not refused."""
+    previous = csv.field_size_limit(2**31 - 1)
+    try:
+        yield
+    finally:
+        csv.field_size_limit(previous)

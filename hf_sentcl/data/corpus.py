@@ -2,23 +2,34 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
 import numpy as np
-from datasets import Dataset, load_dataset
+from datasets import Dataset, Features, Value, load_dataset
 from transformers import PreTrainedTokenizerBase
 
 from hf_sentcl.configs import DataArguments
-from hf_sentcl.data.checks import FILE_BUILDERS, count_train_examples
+from hf_sentcl.data.checks import (
+    FILE_BUILDERS,
+    DataCleaning,
+    FileScan,
+    check_data_file,
+    max_text_chars,
+    scan_data_file,
+)
 from hf_sentcl.evaluation.sts import unlabeled_sts_sentences
 from hf_sentcl.hub.download import HubFile, hub_file_path, is_hub_uri
 
 VIEW_PREFIX = "view"
 
+logger = logging.getLogger("hf_sentcl")
+
 
 def check_train_file(path: str | None) -> Path | None:
-    """Return the local path of the training file, or raise naming it when it cannot be had or holds no usable text.
+    """Return the local path of the training file, or raise naming it when it cannot be had, holds no usable text
+    or is refused for a defect that loading cannot safely repair (`hf_sentcl.data.checks`: the file and line named).
 
     A local path has `~` and `$VARS` expanded and must exist; an `hf://datasets/ORG/NAME[@REVISION]/PATH` file is
     read from the Hugging Face cache, downloaded first when missing and not offline.
@@ -35,7 +46,7 @@ def check_train_file(path: str | None) -> Path | None:
         resolved = Path(os.path.expandvars(path)).expanduser()
         if not resolved.is_file():
             raise FileNotFoundError(f"train_file '{resolved}' does not exist (recipe key 'train_file').")
-    count_train_examples(resolved)
+    check_data_file(resolved, "train_file")
     return resolved
 
 
@@ -48,19 +59,113 @@ def text_sources(data_args: DataArguments) -> list[str]:
     return [k for k in TEXT_SOURCES if getattr(data_args, k) is not None]
 
 
-def load_data_file(path: Path) -> Dataset:
-    """A local .txt (one example per line), .csv, .tsv or .json(l) file as a Dataset (extension in FILE_BUILDERS)."""
-    suffix = path.suffix.lower().lstrip(".")
-    extra = {"delimiter": "\t"} if suffix == "tsv" else {}
-    return load_dataset(FILE_BUILDERS[suffix], data_files=str(path), split="train", **extra)
+def load_data_file(path: Path, scan: FileScan | None = None) -> Dataset:
+    """A local .txt (one example per line), .csv, .tsv or .json(l) file as a Dataset (extension in FILE_BUILDERS),
+    read as `scan` (by default `scan_data_file(path)`) found it: bad UTF-8 sequences replaced by U+FFFD when it
+    found some, and table cells read as strings, an empty cell as "" (pandas would read "NA", "null" or "None" as
+    missing, and "1" as a number). Still cached by `datasets` per file version and these settings."""
+    scan = scan or scan_data_file(path)
+    builder = FILE_BUILDERS[path.suffix.lower().lstrip(".")]
+    extra = {}
+    if builder == "csv":
+        extra = {"keep_default_na": False, "na_filter": False,
+                 "features": Features({name: Value("string") for name in scan.header})}
+        if path.suffix.lower() == ".tsv":
+            extra["delimiter"] = "\t"
+    if scan.invalid_utf8[0] and builder in ("text", "csv"):
+        extra["encoding_errors"] = "replace"
+    return load_dataset(builder, data_files=str(path), split="train", **extra)
+
+
+def clean_texts(dataset: Dataset, columns: tuple[str, ...], report: DataCleaning) -> Dataset:
+    """Remove NUL bytes from and cut overlong texts in `columns` (only when `report` counted some), then drop the
+    rows with a blank or missing text in any of them (a batched, cached `datasets` pass each)."""
+    if report.counts.get("nul_lines_repaired") or report.counts.get("lines_truncated"):
+        dataset = dataset.map(_clean_batch, batched=True, fn_kwargs={"columns": columns,
+                              "max_chars": report.max_chars_per_text}, desc="Repairing training text")
+    if report.rows_kept != report.rows_read:
+        dataset = drop_blank_rows(dataset, columns)
+    return dataset
+
+
+def drop_blank_rows(dataset: Dataset, columns: tuple[str, ...]) -> Dataset:
+    """The rows whose `columns` all hold some non-blank text."""
+    return dataset.filter(_keep_batch, batched=True, fn_kwargs={"columns": columns}, desc="Dropping blank rows")
+
+
+def _clean_batch(batch: dict, columns: tuple[str, ...], max_chars: int) -> dict:
+    return {c: [_clean_text(value, max_chars) for value in batch[c]] for c in columns}
+
+
+def _clean_text(value: str | None, max_chars: int) -> str | None:
+    """NULs removed; a text longer than `max_chars` stripped and cut to `max_chars` (as `FileScan` counts them)."""
+    if value is None:
+        return None
+    if "\x00" in value:
+        value = value.replace("\x00", "")
+    return value.strip()[:max_chars] if len(value) > max_chars else value
+
+
+def _keep_batch(batch: dict, columns: tuple[str, ...]) -> list[bool]:
+    return [all(v is not None and str(v).strip() for v in values) for values in zip(*(batch[c] for c in columns))]
 
 
 def load_training_dataset(data_args: DataArguments, text_columns: tuple[str, ...]) -> Dataset:
-    """Load the raw training examples with the given text columns (one column per view).
+    """Load the raw training examples with the given text columns (one column per view); see `load_training_data`,
+    whose account of repaired and dropped rows this logs."""
+    return load_training_data(data_args, text_columns)[0]
 
-    `.txt` files give one sentence per line (blank lines dropped); `.csv`/`.json(l)` files and `datasets` ids
-    must contain the requested columns.
+
+def load_training_data(
+    data_args: DataArguments, text_columns: tuple[str, ...], optional_columns: tuple[str, ...] = ()
+) -> tuple[Dataset, DataCleaning]:
+    """Load the raw training examples: the columns `text_columns` plus those of `optional_columns` the source has
+    (e.g. supervised SimCSE's `hard_neg`), every one of them required in each kept row. Returns them with the
+    account of what loading repaired and dropped (results.json's `train.data_cleaning`), which is logged once.
+
+    `.txt` files give one sentence per line; `.csv`/`.json(l)` files and `datasets` ids must contain the requested
+    columns. Defects of a local file are repaired, dropped or refused as `hf_sentcl.data.checks` says; rows without
+    text are dropped (and counted) from every source.
     """
+    dataset, source, scan = _raw_training_data(data_args, text_columns)
+    renamed = {}
+    if text_columns == ("text",) and data_args.text_column != "text" and data_args.text_column in dataset.column_names:
+        dataset = dataset.rename_column(data_args.text_column, "text")
+        renamed["text"] = data_args.text_column
+    missing = [c for c in text_columns if c not in dataset.column_names]
+    if missing:
+        raise ValueError(f"{source} has no column(s) {missing}; it has {dataset.column_names}.")
+    columns = text_columns + tuple(c for c in optional_columns if c in dataset.column_names and c not in text_columns)
+    dataset = dataset.select_columns(list(columns))
+    if scan is not None and scan.format in ("text", "csv"):
+        file_columns = None if scan.format == "text" else tuple(renamed.get(c, c) for c in columns)
+        report = scan.cleaning(file_columns, max_text_chars(data_args.max_seq_length))
+        report.source = source
+        if is_hub_uri(data_args.train_file):
+            report.file = data_args.train_file
+        dataset = clean_texts(dataset, columns, report)
+        if len(dataset) != report.rows_kept:  # the check and the loader parsed the file differently: say so
+            logger.warning("%s: loading kept %d rows where the check counted %d.", source, len(dataset),
+                           report.rows_kept)
+            report.rows_kept = len(dataset)
+    else:
+        rows_read = len(dataset)
+        dataset = drop_blank_rows(dataset, columns)
+        kind = "dataset" if data_args.dataset_name is not None else "unlabeled_sts"
+        report = DataCleaning.for_source(source, kind if scan is None else scan.format, rows_read, len(dataset))
+        if scan is not None:
+            report.file = data_args.train_file if is_hub_uri(data_args.train_file) else scan.path.name
+    report.log()
+    if data_args.max_train_samples is not None:
+        dataset = dataset.select(range(min(data_args.max_train_samples, len(dataset))))
+    dataset = random_subset(dataset, data_args.train_subset_size, data_args.train_subset_seed)
+    if len(dataset) == 0:
+        raise ValueError(f"{source} contains no usable (non-empty) training examples.")
+    return dataset, report
+
+
+def _raw_training_data(data_args: DataArguments, text_columns: tuple[str, ...]) -> tuple[Dataset, str, FileScan | None]:
+    """The source's rows as read, its description, and the file's scan (None for other sources)."""
     sources = text_sources(data_args)
     if len(sources) != 1:
         raise ValueError(
@@ -71,27 +176,14 @@ def load_training_dataset(data_args: DataArguments, text_columns: tuple[str, ...
         if text_columns != ("text",):
             raise ValueError(f"unlabeled_sts gives single sentences; this method needs columns {text_columns}.")
         sentences = unlabeled_sts_sentences(data_args.sts_data_dir, data_args.unlabeled_sts)
-        dataset = Dataset.from_dict({"text": sentences})
-        source = f"unlabeled_sts '{data_args.unlabeled_sts}'"
-    elif data_args.train_file is not None:
+        return Dataset.from_dict({"text": sentences}), f"unlabeled_sts '{data_args.unlabeled_sts}'", None
+    if data_args.train_file is not None:
         path = check_train_file(data_args.train_file)
-        dataset = load_data_file(path)
+        scan = scan_data_file(path)
         source = f"train_file '{data_args.train_file if is_hub_uri(data_args.train_file) else path}'"
-    else:
-        dataset = load_dataset(data_args.dataset_name, data_args.dataset_config_name, split=data_args.dataset_split)
-        source = f"dataset '{data_args.dataset_name}'"
-    if text_columns == ("text",) and data_args.text_column != "text" and data_args.text_column in dataset.column_names:
-        dataset = dataset.rename_column(data_args.text_column, "text")
-    missing = [c for c in text_columns if c not in dataset.column_names]
-    if missing:
-        raise ValueError(f"{source} has no column(s) {missing}; it has {dataset.column_names}.")
-    dataset = dataset.filter(lambda row: all(row[c] and str(row[c]).strip() for c in text_columns))
-    if data_args.max_train_samples is not None:
-        dataset = dataset.select(range(min(data_args.max_train_samples, len(dataset))))
-    dataset = random_subset(dataset, data_args.train_subset_size, data_args.train_subset_seed)
-    if len(dataset) == 0:
-        raise ValueError(f"{source} contains no usable (non-empty) training examples.")
-    return dataset
+        return load_data_file(path, scan), source, scan
+    dataset = load_dataset(data_args.dataset_name, data_args.dataset_config_name, split=data_args.dataset_split)
+    return dataset, f"dataset '{data_args.dataset_name}'", None
 
 
 def random_subset(dataset: Dataset, size: int | None, seed: int) -> Dataset:

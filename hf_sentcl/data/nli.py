@@ -11,20 +11,26 @@ Three sources, named by one string:
 Labels become 0 = entailment, 1 = neutral, 2 = contradiction (the SNLI/MNLI order on the Hub). String labels are
 matched by name; integer labels are read through the dataset's `ClassLabel` names when it has them, else taken
 as already in that order. Pairs without a gold label (SNLI's `-` / -1) are dropped.
+
+A local or Hub file is checked like a `train_file` (`hf_sentcl.data.checks`): an unbalanced quote or a row with
+more fields than the header is refused before any model loads, naming the file and line; invalid UTF-8, NUL bytes,
+overlong texts, blank lines and rows with a missing premise, hypothesis or label are repaired or dropped and counted.
+Every dropped pair, from any source, is counted in the stage's `train.data_cleaning` (results.json).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from datasets import ClassLabel, Dataset, concatenate_datasets, load_dataset
 from transformers import PreTrainedTokenizerBase
 
+from hf_sentcl.data.checks import DataCleaning, check_data_file, max_text_chars, scan_data_file
 from hf_sentcl.data.collators import ViewCollator
-from hf_sentcl.data.corpus import load_data_file, random_subset, tokenize_views
+from hf_sentcl.data.corpus import clean_texts, drop_blank_rows, load_data_file, random_subset, tokenize_views
 from hf_sentcl.hub.download import HubFile, hub_file_path, is_hub_uri, resolve_data_dir
 
 NLI_LABELS = ("entailment", "neutral", "contradiction")
@@ -92,6 +98,7 @@ def check_nli_source(source: NLISource) -> Path | None:
                 raise FileNotFoundError(f"NLI file '{path}' does not exist (recipe key 'nli_source').")
         if path.suffix.lower().lstrip(".") not in TABLE_SUFFIXES:
             raise ValueError(f"NLI file '{source.location}': unsupported extension (use .csv, .tsv, .json or .jsonl).")
+        check_data_file(path, "NLI file")  # refused for an unbalanced quote, extra fields, not UTF-8 (line named)
         return path
     if source.kind == "senteval":
         for split in source.splits:
@@ -145,13 +152,25 @@ def label_ids(dataset: Dataset, where: str) -> Dataset:
 
 
 def load_nli_pairs(source: NLISource, max_samples: int | None = None) -> Dataset:
-    """premise / hypothesis / label (0, 1, 2) rows from `source`, splits concatenated in order, empty text dropped."""
+    """premise / hypothesis / label (0, 1, 2) rows from `source`, splits concatenated in order, empty text dropped
+    (`read_nli_pairs` without its account)."""
+    return read_nli_pairs(source, max_samples)[0]
+
+
+def read_nli_pairs(
+    source: NLISource, max_samples: int | None = None, max_seq_length: int = 0
+) -> tuple[Dataset, DataCleaning]:
+    """premise / hypothesis / label (0, 1, 2) rows from `source`, splits concatenated in order, with the account of
+    the rows dropped (blank, missing a value, without a gold label) and texts repaired (a file's defects; texts cut
+    to `max_text_chars(max_seq_length)`), which is logged once."""
     local_file = check_nli_source(source)
     where = f"NLI {source.description}"
+    scan = None
     if source.kind == "senteval":
         parts = [read_senteval_nli(source.location, split) for split in source.splits]
     elif source.kind == "file":
-        parts = [load_data_file(local_file)]
+        scan = scan_data_file(local_file, "NLI file")
+        parts = [load_data_file(local_file, scan)]
     else:
         parts = [load_dataset(source.location, source.config_name, split=split) for split in source.splits]
     dataset = concatenate_datasets(parts) if len(parts) > 1 else parts[0]
@@ -159,14 +178,29 @@ def load_nli_pairs(source: NLISource, max_samples: int | None = None) -> Dataset
     if missing:
         raise ValueError(f"{where} has no column(s) {missing}; it has {dataset.column_names} (needs premise, "
                          "hypothesis, label).")
-    dataset = dataset.select_columns([*NLI_TEXT_COLUMNS, "label"])
-    dataset = dataset.filter(lambda row: all(row[c] and str(row[c]).strip() for c in NLI_TEXT_COLUMNS))
-    dataset = label_ids(dataset, where)
+    columns = (*NLI_TEXT_COLUMNS, "label")
+    dataset = dataset.select_columns(list(columns))
+    if scan is not None and scan.format == "csv":  # an empty label cell is a missing value too
+        report = scan.cleaning(columns, max_text_chars(max_seq_length))
+        report.source = where
+        if is_hub_uri(source.location):
+            report.file = source.location
+        dataset = clean_texts(dataset, columns, report)
+    else:
+        rows_read = len(dataset)
+        dataset = drop_blank_rows(dataset, NLI_TEXT_COLUMNS)
+        report = DataCleaning.for_source(where, source.kind if scan is None else scan.format, rows_read, len(dataset))
+        if scan is not None:
+            report.file = source.location if is_hub_uri(source.location) else scan.path.name
+    labelled = label_ids(dataset, where)
+    report.drop("no_gold_label_rows_dropped", len(dataset) - len(labelled))
+    dataset = labelled
+    report.log()
     if max_samples is not None:
         dataset = dataset.select(range(min(max_samples, len(dataset))))
     if len(dataset) == 0:
         raise ValueError(f"{where} contains no labelled sentence pairs.")
-    return dataset
+    return dataset, report
 
 
 @dataclass
@@ -199,12 +233,15 @@ class NLITrainData:
     #: `train_subset_size` / `train_subset_seed`: a seeded random subset of the pairs (see `random_subset`)
     subset_size: int | None = None
     subset_seed: int = 0
+    #: set by `build`: what loading repaired and dropped (results.json's `train.data_cleaning`)
+    cleaning: DataCleaning | None = field(default=None, init=False, compare=False)
 
     def check(self) -> None:
         check_nli_source(self.source)
 
     def build(self, tokenizer: PreTrainedTokenizerBase) -> tuple[Dataset, int, LabelledViewCollator]:
-        pairs = random_subset(load_nli_pairs(self.source, self.max_samples), self.subset_size, self.subset_seed)
+        pairs, self.cleaning = read_nli_pairs(self.source, self.max_samples, self.max_seq_length)
+        pairs = random_subset(pairs, self.subset_size, self.subset_seed)
         tokenized = tokenize_views(pairs, tokenizer, NLI_TEXT_COLUMNS, self.max_seq_length, self.num_proc)
         tokenized = tokenized.add_column("labels", pairs["label"])
         views = len(NLI_TEXT_COLUMNS)

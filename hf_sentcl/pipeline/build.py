@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from datasets import Dataset
 from transformers import AutoConfig
 
-from hf_sentcl.data import ViewCollator, add_length_column, load_training_dataset, tokenize_views
+from hf_sentcl.data import ViewCollator, add_length_column, tokenize_views
+from hf_sentcl.data.corpus import load_training_data
 from hf_sentcl.methods import get_method
 from hf_sentcl.modeling import SentenceEncoder
 from hf_sentcl.modeling.backbone import resolve_model_name
@@ -45,14 +48,34 @@ def build_encoder(recipe: Recipe) -> SentenceEncoder:
     return encoder
 
 
+@dataclass
+class TrainData:
+    """A run's tokenised training data: the dataset, its number of text views, the collator, and the account of
+    what loading repaired and dropped (results.json's `train.data_cleaning`; None for data that gives none)."""
+
+    dataset: Dataset
+    num_views: int
+    collator: Callable
+    data_cleaning: dict[str, Any] | None = None
+
+
 def build_train_dataset(recipe: Recipe, tokenizer) -> tuple[Dataset, int, Callable]:
     """Load and tokenise the training data; returns the dataset, its number of text views and the collator."""
+    data = build_train_data(recipe, tokenizer)
+    return data.dataset, data.num_views, data.collator
+
+
+def build_train_data(recipe: Recipe, tokenizer) -> TrainData:
+    """Load and tokenise the training data, with the account of the rows repaired and dropped on the way."""
     spec = get_method(recipe.method)
     custom = spec.train_data(recipe)
     if custom is not None:
         dataset, num_views, collator = custom.build(tokenizer)
+        cleaning = getattr(custom, "cleaning", None)  # a method's own data may account for itself (NLITrainData)
     else:
-        raw = load_training_dataset(recipe.data, spec.text_columns)
+        # optional columns the file has (hard_neg) are required in every row: a triplet without its hard negative
+        # is dropped and counted rather than tokenised as None
+        raw, cleaning = load_training_data(recipe.data, spec.text_columns, spec.optional_text_columns)
         columns = spec.text_columns + tuple(c for c in spec.optional_text_columns if c in raw.column_names)
         raw = raw.select_columns(list(columns))
         dataset = tokenize_views(
@@ -62,4 +85,4 @@ def build_train_dataset(recipe: Recipe, tokenizer) -> tuple[Dataset, int, Callab
         collator = ViewCollator(tokenizer, num_views=num_views, pad_to_multiple_of=recipe.data.pad_to_multiple_of)
     if recipe.training.train_sampling_strategy in LENGTH_SAMPLERS:
         dataset = add_length_column(dataset, num_views, recipe.training.length_column_name)
-    return dataset, num_views, collator
+    return TrainData(dataset, num_views, collator, cleaning.as_dict() if cleaning is not None else None)

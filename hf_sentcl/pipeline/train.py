@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import json
 import logging
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,7 +23,7 @@ from hf_sentcl.common.preemption import Preempted, current_watch, set_phase
 from hf_sentcl.configs.arguments import eval_mixed_precision
 from hf_sentcl.evaluation.mteb import mteb_sts_scores
 from hf_sentcl.evaluation.plots import write_run_plots
-from hf_sentcl.evaluation.report import RUN_LABELS, embedding_note, write_results
+from hf_sentcl.evaluation.report import RUN_LABELS, embedding_note, write_json, write_results
 from hf_sentcl.evaluation.sts import STSEvaluator
 from hf_sentcl.evaluation.suites import EvaluationSuites, SuiteResults, markdown_report, run_results, suite_settings
 from hf_sentcl.export.publish import publish_run
@@ -34,7 +32,7 @@ from hf_sentcl.methods import get_method
 from hf_sentcl.modeling import SentenceEncoder
 from hf_sentcl.modeling.health import check_final_model
 from hf_sentcl.modeling.peft import merge_adapters, parameter_counts, save_adapter
-from hf_sentcl.pipeline.build import build_encoder, build_train_dataset
+from hf_sentcl.pipeline.build import build_encoder, build_train_data
 from hf_sentcl.recipe.checks import checked
 from hf_sentcl.recipe.metadata import run_metadata
 from hf_sentcl.recipe.parallelism import describe_parallelism, effective_parallelism
@@ -97,6 +95,8 @@ class Stage:
     data_dir: Path
     num_examples: int
     num_views: int
+    #: what loading the training data repaired and dropped (results.json's `train.data_cleaning`), when accounted
+    data_cleaning: dict[str, Any] | None = None
 
     @property
     def args(self):
@@ -121,6 +121,17 @@ def run_stage(recipe: Recipe) -> dict[str, Any]:
     train_output = stage.trainer.train(resume_from_checkpoint=stage.args.resume_from_checkpoint)
     end_if_preempted(stage)
     set_phase("finishing")  # a signal from here on stops process 0 at once: training's last checkpoint is complete
+    try:
+        return finish_stage(stage, train_output, parameters, scores)
+    except Preempted as stop:
+        if stage.trainer.is_world_process_zero():
+            note_preemption(stage, stop.signal_name, stage.trainer.state.global_step, "after training")
+        raise
+
+
+def finish_stage(stage: Stage, train_output, parameters: dict[str, Any], scores: dict[str, SuiteResults]
+                 ) -> dict[str, Any]:
+    """After training: save the encoder, evaluate it, report, export (process 0), and mark the run complete."""
     save_trained(stage)
     results = training_results(stage, train_output, parameters)
     if stage.trainer.is_world_process_zero():
@@ -130,30 +141,38 @@ def run_stage(recipe: Recipe) -> dict[str, Any]:
         report(stage, encoder, scores, results)
         results["export"] = publish_run(encoder, results, stage.args)
         mark_run_complete(stage.args.output_dir, results)
+        stage.trainer.prune_after_run()
     return results
 
 
 def end_if_preempted(stage: Stage) -> None:
-    """Raise `Preempted` when a preemption signal stopped training (`PreemptionCallback`): process 0 first notes
-    in output_dir/preempted.json which checkpoint was written and when the signal came."""
+    """Raise `Preempted` when a preemption signal stopped training (`PreemptionCallback`), after process 0 has
+    noted it in output_dir/preempted.json."""
     step = stage.trainer.preemption.stop_step
     if step is None:
         return
     watch = current_watch()
     name = watch.received.name if watch.received is not None else "a preemption signal to another process"
-    checkpoint = Path(stage.args.output_dir) / f"checkpoint-{step}"
     if stage.trainer.is_world_process_zero():
-        waited = watch.seconds_since_signal()
-        write_json(Path(stage.args.output_dir) / PREEMPTED_JSON, {
-            "signal": name, "step": step, "max_steps": stage.trainer.state.max_steps, "checkpoint": str(checkpoint),
-            "seconds_from_signal_to_checkpoint": None if waited is None else round(waited, 3),
-            "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        })
+        note_preemption(stage, name, step, "in training")
     raise Preempted(
         f"preempted by {name}: training stopped at step {step} of {stage.trainer.state.max_steps} and "
-        f"checkpoint {checkpoint} is complete. Resume: rerun the same command with 'resume_from_checkpoint: auto' "
-        "(or --resume_from_checkpoint latest).", name, step,
+        f"checkpoint {Path(stage.args.output_dir) / f'checkpoint-{step}'} is complete. Resume: rerun the same "
+        "command with 'resume_from_checkpoint: auto' (or --resume_from_checkpoint latest).", name, step,
     )
+
+
+def note_preemption(stage: Stage, signal_name: str, step: int, when: str) -> None:
+    """output_dir/preempted.json: which signal stopped the run, when, and the checkpoint a requeued run resumes
+    from (a job script can test for the file: `accelerate launch` turns every worker's status into 1)."""
+    waited = current_watch().seconds_since_signal()
+    write_json(Path(stage.args.output_dir) / PREEMPTED_JSON, {
+        "signal": signal_name, "when": when, "step": step, "max_steps": stage.trainer.state.max_steps,
+        "checkpoint": str(Path(stage.args.output_dir) / f"checkpoint-{step}"),
+        **stage.trainer.steps_run.summary(),  # where this launch started and the steps it ran
+        "seconds_from_signal_to_note": None if waited is None else round(waited, 3),
+        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    })
 
 
 def mark_run_complete(output_dir: str | Path, results: dict[str, Any]) -> None:
@@ -166,13 +185,6 @@ def mark_run_complete(output_dir: str | Path, results: dict[str, Any]) -> None:
         **{key: export[key] for key in ("push_error", "export_error") if key in export},
     })
     (Path(output_dir) / PREEMPTED_JSON).unlink(missing_ok=True)
-
-
-def write_json(path: Path, value: dict[str, Any]) -> None:
-    """Write `value` to `path` whole or not at all (a temporary file renamed over it)."""
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(json.dumps(value, indent=2) + "\n")
-    os.replace(partial, path)
 
 
 def state_parallelism(stage: Stage) -> None:
@@ -189,7 +201,8 @@ def build_stage(recipe: Recipe) -> Stage:
     with without_zero3_init(None if plugin is None or plugin.zero3_init_flag else plugin):
         encoder = build_encoder(recipe)
     with args.main_process_first(desc="tokenising training data"):
-        train_dataset, num_views, collator = build_train_dataset(recipe, encoder.tokenizer)
+        train_data = build_train_data(recipe, encoder.tokenizer)
+    train_dataset, num_views, collator = train_data.dataset, train_data.num_views, train_data.collator
     logger.info("Training on %d examples with %d text view(s) each.", len(train_dataset), num_views)
     logger.info("Precision: training %s (precision: %s), evaluation %s.", args.resolved_precision,
                 args.precision or "from bf16/fp16", "mixed" if eval_mixed_precision(recipe.data, args) else "fp32")
@@ -209,7 +222,8 @@ def build_stage(recipe: Recipe) -> Stage:
         dev_evaluator=dev_evaluator,
         eval_bf16=eval_mixed_precision(recipe.data, args),
     )
-    return Stage(recipe, encoder, trainer, suites, dev_evaluator, data_dir, len(train_dataset), num_views)
+    return Stage(recipe, encoder, trainer, suites, dev_evaluator, data_dir, len(train_dataset), num_views,
+                 data_cleaning=train_data.data_cleaning)
 
 
 def dev_dataset(dev_evaluator: STSEvaluator) -> Dataset:
@@ -296,6 +310,8 @@ def training_results(stage: Stage, train_output, parameters: dict[str, Any]) -> 
             ],
             # every STS-B dev evaluation: step, eval_stsb_spearman, eval_alignment, eval_uniformity, ...
             "dev_curve": [entry for entry in trainer.state.log_history if "eval_stsb_spearman" in entry],
+            # rows read, kept, repaired and dropped while loading the training data (hf_sentcl.data.checks)
+            **({"data_cleaning": stage.data_cleaning} if stage.data_cleaning is not None else {}),
         },
     }
 
