@@ -6,6 +6,8 @@ import sys
 from collections.abc import Sequence
 from functools import partial
 
+from hf_sentcl.cli.train import watched_run
+from hf_sentcl.common import exits
 from hf_sentcl.common.logs import setup_logging
 from hf_sentcl.pipeline import sweep
 from hf_sentcl.recipe.parser import RecipeError
@@ -28,6 +30,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             start = partial(sweep.run_seeds, recipe, seeds, overrides, recipes=seed_runs)
     except (RecipeError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
-    start()
-    return 0
+        return exits.BAD_INPUT
+    signals = next(iter((runs if sweep.is_fewshot(argv) else seed_runs).values())).training.preemption_signals
+
+    def work() -> int:
+        start()
+        return exits.OK
+
+    return watched_run(work, signals)  # preempted: the same command resumes the sweep (finished runs are reused)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from hf_sentcl.common import exits
 from hf_sentcl.common.distributed import finish_processes
@@ -42,11 +42,21 @@ def run_recipe(argv: list[str]) -> int:
     except (RecipeError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return exits.BAD_INPUT
-    watch_signals(recipe.training.preemption_signals)
+    return watched_run(lambda: results_status(run(recipe, already_checked=True)), recipe.training.preemption_signals)
+
+
+def results_status(results: dict) -> int:
+    """A finished run's exit status: FAILED when its export or push failed (the message was printed)."""
+    return exits.FAILED if {"push_error", "export_error"} & set(results.get("export", {})) else exits.OK
+
+
+def watched_run(work: Callable[[], int], signals: Sequence[str] | None) -> int:
+    """Run `work` (training; it returns the exit status) with the preemption `signals` watched
+    (`hf_sentcl.common.preemption`): a training failure gives FAILED, a preemption PREEMPTED, each with its message,
+    and every process of a launch ends together with one status (`finish_processes`)."""
+    watch_signals(signals)
     try:
-        results = run(recipe, already_checked=True)
-        failed = {"push_error", "export_error"} & set(results.get("export", {}))
-        status = exits.FAILED if failed else exits.OK
+        status = work()
     except TrainingFailure as err:
         print(f"error: {err}", file=sys.stderr)
         status = exits.FAILED

@@ -45,7 +45,15 @@ from typing import Any, TypeVar
 from accelerate import PartialState
 
 from hf_sentcl.common.argv import has_option, parse_ints, pop_option
-from hf_sentcl.common.layout import FEWSHOT_JSON, FEWSHOT_MD, FEWSHOT_PNG, SEEDS_JSON, SEEDS_MD, results_json
+from hf_sentcl.common.layout import (
+    FEWSHOT_JSON,
+    FEWSHOT_MD,
+    FEWSHOT_PNG,
+    RUN_COMPLETE_JSON,
+    SEEDS_JSON,
+    SEEDS_MD,
+    results_json,
+)
 from hf_sentcl.common.stats import SAMPLE_STD, mean_pm_std, seed_stats
 from hf_sentcl.common.tables import markdown_table
 from hf_sentcl.data.corpus import load_training_dataset
@@ -57,6 +65,7 @@ from hf_sentcl.pipeline.train import run
 from hf_sentcl.recipe.checks import checked, validate_recipe
 from hf_sentcl.recipe.metadata import non_default_settings
 from hf_sentcl.recipe.parser import Recipe, RecipeError, parse_recipe
+from hf_sentcl.recipe.run_folder import RunComplete
 
 USAGE = "usage: hf-sentcl sweep RECIPE.yaml --seeds 1,2,3 [--subset-sizes 10,100,...] [--key value ...]"
 FEWSHOT_USAGE = (
@@ -160,7 +169,7 @@ def finished_results(recipe: Recipe) -> dict[str, Any] | None:
     """The results.json in the recipe's output_dir when that run finished with the same training settings, so that a
     rerun sweep (after a crash, or with more sizes or seeds) reuses it instead of training it again; else None."""
     path = results_json(recipe.training.output_dir)
-    if not path.is_file():
+    if not path.is_file() or not (path.parent / RUN_COMPLETE_JSON).is_file():  # stopped before its export: resume
         return None
     try:
         results = json.loads(path.read_text())
@@ -180,7 +189,13 @@ def build_runs(
     for key, change in changes.items():
         recipe = parse_recipe(recipe_path, overrides, **change)
         validate_recipe(recipe)
-        recipes[key] = recipe if finished_results(recipe) is not None else checked(recipe)
+        try:
+            recipes[key] = recipe if finished_results(recipe) is not None else checked(recipe)
+        except RunComplete:  # `resume_from_checkpoint: auto` into a finished run that finished_results did not take
+            raise RecipeError(
+                f"{recipe.source}: output_dir '{recipe.training.output_dir}' holds a finished run with other training "
+                "settings than this sweep's; choose another output_dir or set 'overwrite_output_dir: true'."
+            ) from None
     return recipes
 
 

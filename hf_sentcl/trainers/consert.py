@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from hf_sentcl.augment.embedding import AugmentationRates, EmbeddingAugmenter, fgv_perturbation
-from hf_sentcl.common.layout import export_dir
+from hf_sentcl.common.layout import RUN_COMPLETE_JSON, export_dir
 from hf_sentcl.configs.consert import CHAINED_MODES, STAGE_KEYS
 from hf_sentcl.data.corpus import text_sources
 from hf_sentcl.data.nli import NLI_LABELS, NLITrainData, resolve_nli_source
@@ -239,7 +239,8 @@ def consert_stages(recipe) -> list:
     the final results to output_dir. Other modes: the recipe itself.
 
     `resume_from_checkpoint` resumes the stage whose output folder holds the checkpoint: one under
-    <output_dir>/stage-1 resumes stage 1 (then stage 2 runs), any other resumes stage 2 alone from stage 1's export.
+    <output_dir>/stage-1 resumes stage 1 (then stage 2 runs), any other resumes stage 2 alone from stage 1's export;
+    so does one of a finished stage 1 (`run_complete.json`: `auto` when stage 2 stopped before its first checkpoint).
     """
     args = recipe.training
     sources = text_sources(recipe.data)
@@ -288,6 +289,8 @@ def consert_stages(recipe) -> list:
                 f"resume_from_checkpoint '{resume}' resumes stage 2, which starts from stage 1's export "
                 f"'{stage_one_export}', but that folder does not exist (point it at a stage-1 checkpoint instead)."
             )
+        return stages[1:]
+    if resume_first and (stage_dir / RUN_COMPLETE_JSON).is_file():  # `auto`: stage 1 finished, stage 2 had no checkpoint
         return stages[1:]
     return stages
 

@@ -79,6 +79,10 @@ def test_stages_of_chained_modes(tmp_path):
     (tmp_path / "out" / "stage-1" / "export").mkdir(parents=True)
     (only,) = consert_stages(resumed_second)
     assert only.training.supervised_mode == "unsup" and only.training.resume_from_checkpoint.endswith("checkpoint-8")
+    # `auto` finds stage 1's last checkpoint when stage 2 stopped before its first: a finished stage 1 is not rerun
+    (tmp_path / "out" / "stage-1" / "run_complete.json").write_text("{}\n")
+    (only,) = consert_stages(resuming(stage_one_checkpoint))
+    assert only.training.supervised_mode == "unsup" and only.training.resume_from_checkpoint is None
 
     single = parse_recipe(write_yaml_recipe(tmp_path, method="consert", unlabeled_sts="all", output_dir="x"))
     assert consert_stages(single) == [single]
