@@ -3,9 +3,9 @@
     hf-sentcl mine --model embedded:all-MiniLM-L6-v2 --pooling mean --pairs stsb --corpus wiki.txt \\
         --relative-margin 0.05 --output mined.csv
 
-Candidates are ranked by the encoder's cosine to the anchor, exactly (torch, by blocks); the positive and any
-sentence equal to the anchor or the positive are never candidates; --rank-window and the margins skip likely false
-negatives (docs/mining.md).
+Candidates are ranked by the encoder's cosine to the anchor, exactly (torch, by blocks); a sentence equal to the
+anchor or to any positive of that anchor (pairs sharing an anchor are one group) is never a candidate; --rank-window
+and the margins (against the anchor's lowest-scoring positive) skip likely false negatives (docs/mining.md).
 """
 
 from __future__ import annotations
@@ -64,13 +64,14 @@ def build_parser() -> argparse.ArgumentParser:
     add("--corpus", default=None, help="Candidate sentences, one per line, added to the pool.")
     add("--corpus-only", action="store_true", help="Candidates from --corpus alone, not the pairs' own sentences.")
     add("--rank-window", default="0:30",
-        help="START:END: keep candidates ranked START..END-1 (from 0, after removing the positive and any "
-        "sentence equal to the anchor or positive; default %(default)s).")
+        help="START:END: keep candidates ranked START..END-1 (from 0, after removing every sentence equal to the "
+        "anchor or to one of its positives; default %(default)s).")
     add("--absolute-margin", type=float, default=None,
-        help="Skip a candidate whose score + MARGIN > the positive's score (sentence-transformers' absolute_margin).")
+        help="Skip a candidate whose score + MARGIN > the positive's score (the lowest of the anchor's positives; "
+        "sentence-transformers' absolute_margin).")
     add("--relative-margin", type=float, default=None,
-        help="Skip a candidate scoring above positive - |positive| * MARGIN (sentence-transformers' "
-        "relative_margin; 0.05 is NV-Retriever's setting).")
+        help="Skip a candidate scoring above positive - |positive| * MARGIN (positive: the lowest score of the "
+        "anchor's positives; sentence-transformers' relative_margin; 0.05 is NV-Retriever's setting).")
     add("--sampling", choices=SAMPLING, default="top",
         help="top: the best-ranked survivor; random: one survivor drawn with --seed.")
     add("--seed", type=int, default=42, help="Seed of --sampling random (default %(default)s).")

@@ -5,17 +5,23 @@ the encoder's cosine to the *anchor*: the loss scores the hard negative against 
 similarity matrix), and the margins compare a candidate's score with the anchor-positive score, which only means
 something if both are scores to the anchor (sentence-transformers' `mine_hard_negatives` ranks the same way).
 
-A candidate is never the positive or the anchor itself: any candidate whose text equals either (after stripping
-whitespace) is removed before ranks are counted. Ranks count from 0 over what remains, and only ranks in the window
-`[start, end)` are kept; then the margins drop candidates that score too close to the positive, with
-sentence-transformers 6.x's definitions (`sentence_transformers/util/hard_negatives.py`):
+Pairs whose anchors have the same text are one group, as in sentence-transformers: an anchor with several positives
+has all of them as positives. A candidate is never the anchor nor any positive of its group: any candidate whose text
+equals one of them (after stripping whitespace) is removed before ranks are counted, so one pair's positive is never
+the hard negative of another pair of the same anchor. Ranks count from 0 over what remains, and only ranks in the
+window `[start, end)` are kept; then the margins drop candidates that score too close to the positive, with
+sentence-transformers 6.x's definitions (`sentence_transformers/util/hard_negatives.py`), where `positive_score` is
+the group's SMALLEST anchor-positive score (its hardest positive, sentence-transformers' choice):
 
 - absolute margin m: skipped when `score + m > positive_score`;
 - relative margin r: skipped when `score > positive_score - |positive_score| * r` (it subtracts `|positive| * r`
   rather than multiplying by `1 - r`, which would raise the threshold for a negative positive score).
 
 The window is counted before the margins, so a window means the same ranks with or without them (in
-sentence-transformers, `range_min` counts the candidates that survive the margins). Among the survivors the
+sentence-transformers, `range_min` counts the candidates that survive the margins), and the anchor's own text is
+never a candidate (sentence-transformers ranks it like any other sentence of its corpus). Each pair keeps its row:
+every row of a group gets a negative (the same one with `top`), and a pair repeated verbatim stays repeated
+(sentence-transformers writes it once). Among the survivors the
 negative is the highest-ranked (`top`) or one drawn uniformly with a seeded generator (`random`); a pair with no
 survivor is dropped and counted. The search is exact: cosine scores in torch, by blocks of the pool, the top-k of
 each block merged with the running top-k, so memory stays at one (queries x block) score matrix; a pool above
@@ -254,26 +260,45 @@ def select_negatives(
     return choice, skipped
 
 
+def anchor_groups(anchors: Sequence[str]) -> list[list[int]]:
+    """The rows of each distinct (stripped) anchor text, in first-seen order: a repeated anchor is one group."""
+    groups: dict[str, list[int]] = {}
+    for i, anchor in enumerate(anchors):
+        groups.setdefault(anchor.strip(), []).append(i)
+    return list(groups.values())
+
+
 def mine_from_embeddings(
     anchors: torch.Tensor, positives: torch.Tensor, pool: torch.Tensor, pairs: Pairs, pool_texts: Sequence[str],
     settings: MiningSettings, show_progress: bool = False,
 ) -> MiningResult:
-    """Mine with given embeddings (rows aligned with `pairs` and `pool_texts`; cosine, so any scale)."""
+    """Mine with given embeddings (rows aligned with `pairs` and `pool_texts`; cosine, so any scale).
+
+    Rows sharing an anchor text form a group, as in sentence-transformers: every row of the group excludes the
+    group's anchor and ALL its positives from the candidates, and its margins compare with the group's smallest
+    anchor-positive score."""
     check_pool_size(len(pool_texts), settings.max_pool)
     anchors, positives, pool = (F.normalize(t.float(), dim=-1) for t in (anchors, positives, pool))
     pool_keys, anchor_keys, counts = text_keys(pool_texts, pairs.anchors)
     positive_keys = text_keys(pool_texts, pairs.positives)[1]
-    # room for the candidates removed before ranking: every pool entry sharing the anchor's or the positive's text
-    extra = max(
-        (counts[a] + (counts[p] if p != a else 0) for a, p in zip(anchor_keys.tolist(), positive_keys.tolist())),
-        default=0,
-    )
+    groups = anchor_groups(pairs.anchors)
+    group_of = torch.empty(len(pairs), dtype=torch.long)
+    for g, rows in enumerate(groups):
+        group_of[rows] = g
+    # the keys each group removes: its anchor's and every one of its positives' (-1: a text the pool lacks)
+    removed = [{anchor_keys[rows[0]].item(), *positive_keys[rows].tolist()} - {-1} for rows in groups]
+    # room for the candidates removed before ranking: every pool entry sharing one of those texts
+    extra = max((sum(counts[k] for k in keys) for keys in removed), default=0)
     scores, indices = block_topk(anchors, pool, settings.rank_end + extra, settings.block_size,
                                  show_progress=show_progress)
-    candidate_keys = pool_keys[indices]
-    excluded = (candidate_keys == anchor_keys[:, None]) | (candidate_keys == positive_keys[:, None])
+    # a candidate is excluded when (its row's group, its text) is one of the (group, removed text) pairs
+    width = len(counts) + 1
+    removed_pairs = torch.tensor([g * width + k for g, keys in enumerate(removed) for k in keys], dtype=torch.long)
+    excluded = torch.isin(group_of[:, None] * width + pool_keys[indices], removed_pairs)
     positive_scores = (anchors * positives).sum(dim=-1).float().cpu()
-    choice, skipped = select_negatives(scores, excluded, positive_scores, settings)
+    # sentence-transformers: "use the _minimum_ positive score (i.e., harder positive) for the margin"
+    group_scores = torch.full((len(groups),), math.inf).scatter_reduce(0, group_of, positive_scores, "amin")
+    choice, skipped = select_negatives(scores, excluded, group_scores[group_of], settings)
     triplets = [
         (pairs.anchors[i], pairs.positives[i], pool_texts[int(indices[i, c])])
         for i, c in enumerate(choice.tolist()) if c >= 0

@@ -8,10 +8,13 @@ neither positives nor negatives.
 "Identical" means identical token ids after truncation: texts that differ only beyond `max_seq_length` are the
 same input to the encoder, and the comparison is exact (no hashing), across processes once the ids are gathered.
 
-A candidate c is a false negative of row i (never i's own target) when
-- c's text equals the text of i's anchor or of i's positive, or
-- c is the positive of a row whose anchor text equals i's anchor (another positive of the same anchor: a premise
-  repeated with a second entailment).
+Rows whose anchors have the same text form a group; the group's positives are the positive texts of all its rows
+(a premise repeated with a second entailment has two). A candidate c is a false negative of row i (never i's own
+target) when c's text equals
+- the text of i's anchor, or
+- the text of a positive of i's group (i's own positive, or another positive of the same anchor).
+Only the text decides, not the column c sits in: a text that is one row's positive and another row's hard negative
+is masked in both columns for every row whose group has it as a positive.
 """
 
 from __future__ import annotations
@@ -33,24 +36,22 @@ def text_groups(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.
 
 
 def false_negative_mask(
-    anchors: torch.Tensor,
-    positives: torch.Tensor,
-    candidates: torch.Tensor,
-    targets: torch.Tensor,
-    candidate_anchors: torch.Tensor | None = None,
+    anchors: torch.Tensor, positives: torch.Tensor, candidates: torch.Tensor, targets: torch.Tensor
 ) -> torch.Tensor:
     """(rows, candidates) bool, True where a candidate is a false negative of the row (see the module docstring).
 
     Args:
-        anchors, positives: (rows,) text groups of each row's anchor and positive (`text_groups`).
-        candidates: (candidates,) text groups of the similarity matrix's columns.
+        anchors, positives: (rows,) text groups of each row's anchor and positive (`text_groups`); every row of the
+            batch, since another row with the same anchor adds to a row's positives.
+        candidates: (candidates,) text groups of the similarity matrix's columns, whatever their role.
         targets: (rows,) each row's positive column, never masked.
-        candidate_anchors: (candidates,) the anchor group of the row whose positive a column is, or -1 for a column
-            that is no row's positive (a hard negative).
     """
-    same = (candidates[None, :] == anchors[:, None]) | (candidates[None, :] == positives[:, None])
-    if candidate_anchors is not None:
-        same |= (candidate_anchors[None, :] == anchors[:, None]) & (candidate_anchors[None, :] >= 0)
+    same_anchor = anchors[:, None] == anchors[None, :]  # (rows, rows): rows of one group
+    positive_text = positives[:, None] == candidates[None, :]  # (rows, candidates): the candidate is row m's positive
+    # a candidate is a positive of row i's group when some row m of the group has it as its positive; a 0/1 matmul
+    # (counts are whole numbers >= 1 where true, so "> 0" is exact in any precision)
+    group_positive = (same_anchor.float() @ positive_text.float()) > 0
+    same = (candidates[None, :] == anchors[:, None]) | group_positive
     columns = torch.arange(len(candidates), device=candidates.device)
     return same & (columns[None, :] != targets[:, None])
 
@@ -71,13 +72,11 @@ def info_nce_mask(
     anchors: torch.Tensor, positives: torch.Tensor, hard_negatives: torch.Tensor | None = None
 ) -> torch.Tensor:
     """The mask for SimCSE's InfoNCE: rows are anchors, columns the positives [then the hard negatives], row i's
-    target column i. Arguments are (rows,) text groups; a hard negative is no row's positive."""
-    candidates, candidate_anchors = positives, anchors
-    if hard_negatives is not None:
-        candidates = torch.cat([positives, hard_negatives])
-        candidate_anchors = torch.cat([anchors, torch.full_like(hard_negatives, -1)])
+    target column i. Arguments are (rows,) text groups; a hard-negative column is masked exactly as a positive
+    column with the same text would be."""
+    candidates = positives if hard_negatives is None else torch.cat([positives, hard_negatives])
     targets = torch.arange(len(anchors), device=anchors.device)
-    return false_negative_mask(anchors, positives, candidates, targets, candidate_anchors)
+    return false_negative_mask(anchors, positives, candidates, targets)
 
 
 def nt_xent_mask(groups: torch.Tensor) -> torch.Tensor:

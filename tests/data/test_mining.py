@@ -210,3 +210,43 @@ def test_cli_mines_stsb_pairs(tmp_path, tiny_bert_dir, senteval_dir, capsys):
     assert f"Pairs in: {expected}" in capsys.readouterr().out
     with output.open(newline="") as handle:
         assert len(list(csv.DictReader(handle))) <= expected
+
+
+
+# ------------------------------------------------------------------------------------------- repeated anchors
+# Anchor "a" has three positives (rows 0, 1 and 3); "b" has one, pb, far from both anchors. Angles in degrees from the
+# anchors (both at 0 degrees): a's candidates, best first, are pa2 (3), c05 (5), pa1 (10), c15, pa3 (17), c25, pb (30).
+GROUP_ANGLES = {"pa1": 10, "pa2": 3, "pa3": 17, "pb": 30, "c05": 5, "c15": 15, "c25": 25, "c40": 40}
+GROUP_PAIRS = Pairs(["a", "a", "b", "a"], ["pa1", "pa2", "pb", "pa3"], "hand-made")
+
+
+def mine_groups(**settings) -> list[str]:
+    texts = list(GROUP_ANGLES)
+    result = mine_from_embeddings(
+        unit(0).expand(4, 2), torch.stack([unit(GROUP_ANGLES[p]) for p in GROUP_PAIRS.positives]),
+        torch.stack([unit(GROUP_ANGLES[t]) for t in texts]), GROUP_PAIRS, texts, MiningSettings(**settings),
+    )
+    assert [(a, p) for a, p, _ in result.triplets] == list(zip(GROUP_PAIRS.anchors, GROUP_PAIRS.positives))
+    return [neg for _, _, neg in result.triplets]
+
+
+@pytest.mark.parametrize(
+    "settings, expected",
+    [
+        # no row of "a" may take pa1, pa2 or pa3 (mining row 0 alone would take pa2, row 1 alone pa1); b's only
+        # positive is pb, so a's positive pa2 is b's closest candidate
+        ({}, ["c05", "c05", "pa2", "c05"]),
+        # rank 1 once a's positives are out: c15; b's rank 1: c05
+        ({"rank_start": 1, "rank_end": 2}, ["c15", "c15", "c05", "c15"]),
+        # the margin comes from a's SMALLEST positive score, cos(17) = 0.956: threshold 0.936 skips c05 (0.996) and
+        # c15 (0.966) for every row of "a" (row 1's own positive, cos(3) = 0.9986, would keep c15); b's positive
+        # cos(30) = 0.866 -> threshold 0.846 leaves c40 (0.766) first
+        ({"absolute_margin": 0.02}, ["c25", "c25", "c40", "c25"]),
+        # relative: a's threshold 0.956 - 0.956 * 0.01 = 0.947 -> c25 (0.906); b's 0.866 * 0.99 = 0.857 -> c40
+        ({"relative_margin": 0.01}, ["c25", "c25", "c40", "c25"]),
+    ],
+)
+def test_repeated_anchor_excludes_all_its_positives_and_takes_the_smallest_positive_score(settings, expected):
+    """As sentence-transformers' `mine_hard_negatives`: an anchor repeated over several pairs is mined against the
+    candidates minus EVERY positive it has, and a margin compares with its hardest (lowest-scoring) positive."""
+    assert mine_groups(**settings) == expected

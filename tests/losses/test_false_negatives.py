@@ -79,7 +79,8 @@ def test_unsupervised_info_nce_drops_duplicate_sentences():
 
 def test_supervised_info_nce_with_hard_negatives():
     """Anchor i keeps as negatives the other rows' entailments and every contradiction, except texts identical to
-    its anchor or its positive, and except entailments of a repeated premise (another positive of its anchor)."""
+    its anchor or to a positive of its premise (its own entailment, or the entailment of another row with the same
+    premise), in whichever column they sit."""
     premises = ["p one", "p two", "p one", "p three"]
     entailments = ["e one", "e two", "e three", "p two"]  # row 3's entailment is row 1's premise
     contradictions = ["c one", "e one", "c three", "c four"]  # row 1's contradiction is row 0's entailment
@@ -89,8 +90,8 @@ def test_supervised_info_nce_with_hard_negatives():
                             *groups_of(premises + entailments + contradictions).view(3, 4)[1:])
     rows = []
     for i in range(4):
-        own = {premises[i], entailments[i]}
-        kept = [z2[j] for j in range(4) if j != i and entailments[j] not in own and premises[j] != premises[i]]
+        own = {premises[i]} | {entailments[m] for m in range(4) if premises[m] == premises[i]}
+        kept = [z2[j] for j in range(4) if j != i and entailments[j] not in own]
         kept += [z3[j] for j in range(4) if contradictions[j] not in own]
         rows.append(hand_row_loss(z1[i], z2[i], kept))
     expected = sum(rows) / 4
@@ -99,6 +100,40 @@ def test_supervised_info_nce_with_hard_negatives():
     assert exclude[0].nonzero().flatten().tolist() == [2, 4 + 1]
     # row 1: row 3's entailment is its own premise
     assert exclude[1].nonzero().flatten().tolist() == [3]
+    # row 2: row 0's entailment "e one" is another positive of its premise, as row 0's positive and as row 1's
+    # contradiction alike
+    assert exclude[2].nonzero().flatten().tolist() == [0, 4 + 1]
+
+
+def test_a_positive_of_one_row_as_another_rows_hard_negative():
+    """"someone sings" is row 0's and row 3's positive, and row 1's and row 2's contradiction. Rows 0 and 2 share
+    their premise, so for row 2 it is another positive of its anchor: masked in every column that holds it, the
+    hard-negative columns included (before the fix only row 0's positive column was). The expected mask is worked
+    out on the strings: column c is masked for row i (c != i) when its text is i's premise or the entailment of
+    any row whose premise is i's."""
+    premises = ["a man sings", "a dog runs", "a man sings", "kids play"]
+    entailments = ["someone sings", "an animal moves", "a person makes music", "someone sings"]
+    contradictions = ["nobody sings", "someone sings", "someone sings", "a dog runs"]
+    groups = groups_of(premises + entailments + contradictions).view(3, 4)
+    exclude = info_nce_mask(*groups)
+
+    columns = entailments + contradictions
+    expected = torch.tensor([
+        [c != i and (columns[c] == premises[i]
+                     or columns[c] in {entailments[m] for m in range(4) if premises[m] == premises[i]})
+         for c in range(8)]
+        for i in range(4)
+    ])
+    assert torch.equal(exclude, expected)
+    # the same, listed: row 1 keeps "someone sings" (its own contradiction, no positive of "a dog runs")
+    assert [row.nonzero().flatten().tolist() for row in exclude] == [[2, 3, 5, 6], [7], [0, 3, 5, 6], [0, 5, 6]]
+
+    torch.manual_seed(7)
+    z1, z2, z3 = (torch.randn(4, 8, dtype=torch.float64) for _ in range(3))
+    views = list(z2) + list(z3)
+    loss = sum(hand_row_loss(z1[i], z2[i], [views[c] for c in range(8) if not expected[i, c] and c != i])
+               for i in range(4)) / 4
+    assert info_nce(z1, z2, TAU, z3, exclude=exclude).item() == pytest.approx(loss, rel=1e-6)
 
 
 def test_gathered_order_is_what_the_mask_follows():
