@@ -64,6 +64,8 @@ class Paper:
     venue: str
     arxiv: str | None
     bibtex: str
+    #: the authors' public code of the method (the reference implementation), where they released one
+    code: str | None = None
 
     def reference(self) -> str:
         arxiv = f", arXiv:{self.arxiv}" if self.arxiv else ""
@@ -80,6 +82,7 @@ PAPERS: dict[str, Paper] = {
   booktitle = {Proceedings of the 2021 Conference on Empirical Methods in Natural Language Processing (EMNLP)},
   year = {2021}
 }""",
+        code="https://github.com/princeton-nlp/SimCSE",
     ),
     "self_guided": Paper(
         "Taeuk Kim, Kang Min Yoo, Sang-goo Lee",
@@ -90,6 +93,7 @@ PAPERS: dict[str, Paper] = {
   booktitle = {Proceedings of the 59th Annual Meeting of the Association for Computational Linguistics (ACL)},
   year = {2021}
 }""",
+        code="https://github.com/galsang/SG-BERT",  # papers/sg-bert.txt, section 4.1
     ),
     "consert": Paper(
         "Yuanmeng Yan, Rumei Li, Sirui Wang, Fuzheng Zhang, Wei Wu, Weiran Xu",
@@ -101,6 +105,7 @@ PAPERS: dict[str, Paper] = {
   booktitle = {Proceedings of the 59th Annual Meeting of the Association for Computational Linguistics (ACL)},
   year = {2021}
 }""",
+        code="https://github.com/yym6472/ConSERT",  # papers/consert.txt, footnote 3
     ),
     "clear": Paper(
         "Zhuofeng Wu, Sinong Wang, Jiatao Gu, Madian Khabsa, Fei Sun, Hao Ma",
@@ -122,6 +127,7 @@ PAPERS: dict[str, Paper] = {
   booktitle = {Advances in Neural Information Processing Systems (NeurIPS)},
   year = {2021}
 }""",
+        code="https://github.com/joshr17/IFM",
     ),
     "byop": Paper(
         "Anonymous",

@@ -13,10 +13,16 @@ from transformers import AutoConfig
 from hf_sentcl.common.layout import EXPORT_DIRNAME, MTEB_RESULTS_DIRNAME
 from hf_sentcl.evaluation.mteb import INSTALL_HINT, MtebScores, mteb_available
 from hf_sentcl.evaluation.plots import PLOTS_DIRNAME
-from hf_sentcl.export.card import hub_model_id, matryoshka_table, write_model_card
-from hf_sentcl.export.mteb_files import write_mteb_results
+from hf_sentcl.export.card import citations, matryoshka_table, training_code_url, write_model_card
+from hf_sentcl.export.mteb_files import DEFAULT_ORG, write_mteb_results
 from hf_sentcl.export.plan import ExportError, ExportPlan
-from hf_sentcl.export.results import mteb_training_tasks, training_datasets
+from hf_sentcl.export.results import (
+    base_model_id,
+    mteb_training_tasks,
+    training_data_outside_mteb,
+    training_datasets,
+    training_lineage,
+)
 from hf_sentcl.export.verify import PROBE_SENTENCES, verify_export
 from hf_sentcl.export.writer import staged_export, write_export
 from hf_sentcl.modeling import POOLING_MODES, SentenceEncoder, SentenceEncoderConfig
@@ -41,7 +47,7 @@ def copy_plots(run_dir: str | Path, export_dir: str | Path) -> list[Path]:
 def export_name(out_dir: str | Path, repo_id: str | None) -> str:
     """The model's name: `repo_id`, else `hf_sentcl/<folder>` (a run's output_dir for `output_dir/export`)."""
     out_dir = Path(out_dir).resolve()
-    return repo_id or f"hf_sentcl/{out_dir.parent.name if out_dir.name == EXPORT_DIRNAME else out_dir.name}"
+    return repo_id or f"{DEFAULT_ORG}/{out_dir.parent.name if out_dir.name == EXPORT_DIRNAME else out_dir.name}"
 
 
 def export_mteb_results(
@@ -55,16 +61,27 @@ def export_mteb_results(
     training_code: str | None = None,
 ) -> Path | None:
     """Write the results' MTEB-protocol scores as MTEB result files under `root`, with the ModelMeta module for
-    mteb's registry (Matryoshka sizes, training data and base model from `results`); None when there are none."""
+    mteb's registry; None when there are none.
+
+    From `results` (and, for a model trained from another hf_sentcl export, that export's own results:
+    `training_lineage`): the Matryoshka sizes, the base model (`adapted_from`), the MTEB datasets among the training
+    data (`training_datasets`, plus the base model's as mteb records them), a comment naming the rest of the
+    training data, the BibTeX of the method's papers (`citation`) and, unless `training_code` is given, the code
+    URL (`training_code_url`). `max_tokens` is the export's `max_seq_length` (`plan`)."""
     scores = MtebScores.from_results(results)
     if scores is None:
         return None
     dims, _table = matryoshka_table(results)  # the sizes the card reports the model was trained to be cut to
+    method = results.get("method")
+    papers = citations(method, results.get("recipe_settings") or {})
+    hub_data = [d for entry in training_lineage(results) for d in (training_datasets(entry) or [])]
     return write_mteb_results(
         root, scores, name=export_name(export_dir, repo_id), export_dir=export_dir, max_tokens=plan.max_seq_length,
         embed_dim=[plan.hidden_size, *dims] if dims else plan.hidden_size,
-        adapted_from=hub_model_id(results.get("model_name_or_path")), training_tasks=mteb_training_tasks(results),
-        training_data=training_datasets(results), license_id=license_id, training_code=training_code,
+        adapted_from=base_model_id(results), training_tasks=mteb_training_tasks(results),
+        training_data=list(dict.fromkeys(hub_data)) or None, license_id=license_id,
+        training_code=training_code or training_code_url(method), citation="\n\n".join(papers) or None,
+        notes=training_data_outside_mteb(results),
     )
 
 

@@ -30,16 +30,20 @@ from hf_sentcl.evaluation.report import (
 )
 from hf_sentcl.evaluation.sts import STS_TASKS
 from hf_sentcl.export.plan import ExportPlan
-from hf_sentcl.export.results import CARD_KEYS, EVALUATED, ROW_LABELS, hub_model_id, training_datasets
+from hf_sentcl.export.results import (
+    CARD_INPUTS,
+    CARD_KEYS,
+    EVALUATED,
+    ROW_LABELS,
+    hub_model_id,
+    training_datasets,
+)
 from hf_sentcl.export.snippets import sentence_transformers_snippet, transformers_snippet
 from hf_sentcl.methods import METHODS, PAPERS
 from hf_sentcl.recipe.metadata import library_versions
 from hf_sentcl.recipe.parallelism import parallelism_summary
 
 TEMPLATE = files("hf_sentcl") / "model_cards" / "sentence_encoder.md"
-
-
-CARD_INPUTS = "hf_sentcl_card.json"  # the plan and results a card was rendered from, beside README.md
 
 
 def citations(method: str | None, settings: Mapping[str, Any]) -> list[str]:
@@ -49,6 +53,35 @@ def citations(method: str | None, settings: Mapping[str, Any]) -> list[str]:
     if perturbation:
         keys.append("ifm" if set(re.findall(r"[pn][+-]", perturbation)) == {"p-", "n+"} else "byop")
     return [PAPERS[k].bibtex for k in dict.fromkeys(keys) if k]
+
+
+#: `Project-URL` labels of the hf-sentcl distribution that name where its code is, in the order they are preferred
+CODE_URL_LABELS = ("repository", "source", "source code", "code", "homepage")
+
+
+def project_code_url() -> str | None:
+    """hf_sentcl's own repository URL from its installed distribution's metadata (pyproject's `[project.urls]`:
+    Repository, Source, ...), or None when it names none (the case while pyproject has no `[project.urls]`)."""
+    from importlib.metadata import PackageNotFoundError, metadata
+
+    try:
+        meta = metadata("hf-sentcl")
+    except PackageNotFoundError:
+        return None
+    urls = {}
+    for entry in meta.get_all("Project-URL") or []:
+        label, _, url = entry.partition(",")
+        urls.setdefault(label.strip().lower(), url.strip())
+    found = [urls[label] for label in CODE_URL_LABELS if urls.get(label)]
+    return found[0] if found else (meta.get("Home-page") or None)
+
+
+def training_code_url(method: str | None) -> str | None:
+    """The `public_training_code` of a model trained here: hf_sentcl's repository (`project_code_url`) when the
+    package names one, else the public code of the method's paper (`Paper.code`, the reference implementation
+    that defines the method), else None (e.g. CLEAR, whose authors released no code)."""
+    paper = PAPERS.get(METHODS[method].paper) if method in METHODS else None
+    return project_code_url() or (paper.code if paper else None)
 
 
 def mteb_eval_results(scores: Mapping[str, float]) -> list[EvalResult]:

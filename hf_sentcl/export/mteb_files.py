@@ -4,8 +4,10 @@ written and reloaded with mteb's own classes."""
 from __future__ import annotations
 
 import datetime
+import logging
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,11 +27,24 @@ from hf_sentcl.export.mteb_meta import (
     check_model_meta_module,
     import_model_meta,
     meta_record,
+    module_notes,
     render_model_meta,
 )
 
 if TYPE_CHECKING:
     from mteb.models import ModelMeta
+
+logger = logging.getLogger("hf_sentcl")
+
+DEFAULT_ORG = "hf_sentcl"  # the organisation of an export's name when no repo id was given (`bundle.export_name`)
+
+#: said by every check of results filed under `NO_REVISION` (the state of an export until `hf-sentcl push`)
+UNPUSHED_NOTE = (
+    "revision '{revision}': MTEB's results repository will not take these results under this revision (it accepts "
+    "'{revision}' only for a list of historic models, and its CI loads the model by name and revision). Push the "
+    "export first: `hf-sentcl push EXPORT --repo-id {repo_id} --mteb-results {root}` (or push_to_hub in the recipe) "
+    "files them under the pushed commit and writes that revision into model_meta.json and model_meta.py."
+)
 
 
 def model_folder_name(name: str) -> str:
@@ -43,6 +58,7 @@ def write_mteb_results(
     *,
     name: str,
     revision: str = NO_REVISION,
+    notes: Sequence[str] = (),
     **meta: Any,
 ) -> Path:
     """Write `ROOT/results/<ORG__NAME>/<revision>/{TASK}.json` and `model_meta.json` with mteb's classes, and
@@ -51,17 +67,19 @@ def write_mteb_results(
 
     `name` is the Hub id (ORG/NAME) the files are for; `revision` the pushed commit (until a push, mteb's
     `no_revision_available`); `meta` holds `build_model_meta`'s keywords (`export_dir`, `max_tokens`,
-    `embed_dim`, `training_tasks`: the MTEB tasks whose texts the model was trained on, `license_id`, ...).
+    `embed_dim`, `training_tasks`: the MTEB tasks whose texts the model was trained on, `license_id`, ...);
+    `notes` name the training data without an MTEB task (a comment in `model_meta.py`).
     """
     if not mteb_available():
         raise ModuleNotFoundError(f"Writing MTEB result files needs the mteb package: {INSTALL_HINT}.")
+    today = datetime.datetime.now(datetime.timezone.utc)
+    model_meta = build_model_meta(name, revision, today, **meta)  # refused before anything is written
     folder = Path(root) / RESULTS_DIRNAME / model_folder_name(name) / revision
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    today = datetime.datetime.now(datetime.timezone.utc)
     write_task_results(folder, scores, today)
-    write_model_meta(folder, build_model_meta(name, revision, today, **meta))
+    write_model_meta(folder, model_meta, notes)
     check_mteb_submission(folder)
     return folder
 
@@ -84,13 +102,14 @@ def write_task_results(folder: Path, scores: MtebScores, date: datetime.datetime
         write_json(folder / f"{task_name}.json", {**result.to_dict(), "date": date.timestamp()})
 
 
-def write_model_meta(folder: str | os.PathLike, meta: ModelMeta) -> Path:
+def write_model_meta(folder: str | os.PathLike, meta: ModelMeta, notes: Sequence[str] = ()) -> Path:
     """Write `meta` as the revision folder's `model_meta.json` and as `model_meta.py` at the root above
-    `results/` (kept out of the folder that is copied into the results repository). Returns the module's path."""
+    `results/` (kept out of the folder that is copied into the results repository), with `notes` on the training
+    data as a comment. Returns the module's path."""
     folder = Path(folder)
     write_json(folder / MODEL_META_JSON, meta_record(meta))
     module = folder.parents[2] / MODEL_META_MODULE
-    module.write_text(render_model_meta(meta), encoding="utf-8")
+    module.write_text(render_model_meta(meta, notes), encoding="utf-8")
     return module
 
 
@@ -122,7 +141,9 @@ def check_mteb_submission(folder: str | os.PathLike) -> tuple[ModelMeta, list[st
     """Check both halves of a leaderboard submission: the results `folder` loads with mteb's loaders, the
     `model_meta.py` beside `results/` imports as the `ModelMeta` of `model_meta.json`, and mteb's `ResultCache`
     (how the leaderboard reads the results repository) finds every task file under that ModelMeta's name and
-    revision. Returns the ModelMeta and the task names; ValueError naming the file on any mismatch."""
+    revision. Returns the ModelMeta and the task names; ValueError naming the file on any mismatch. Results still
+    under `no_revision_available` (not pushed yet) pass, with a warning that says what the results repository
+    requires (`submission_notes`)."""
     from mteb import ResultCache
 
     folder = Path(folder)
@@ -136,7 +157,18 @@ def check_mteb_submission(folder: str | os.PathLike) -> tuple[ModelMeta, list[st
             f"mteb's ResultCache finds tasks {found} under '{root}' for {meta.name} at revision {meta.revision}, "
             f"but '{folder}' holds {tasks}: its folder names must be the ModelMeta's name and revision."
         )
+    for note in submission_notes(meta, root):
+        logger.warning("MTEB results in %s: %s", folder, note)
     return meta, tasks
+
+
+def submission_notes(meta: ModelMeta, root: str | os.PathLike = "DIR") -> list[str]:
+    """What still keeps a checked submission out of MTEB's results repository: results filed under
+    `no_revision_available`, i.e. before a push (see `UNPUSHED_NOTE`). Empty once pushed."""
+    if meta.revision == NO_REVISION:
+        placeholder = not meta.name or meta.name.startswith(f"{DEFAULT_ORG}/")  # `export_name` without a repo id
+        return [UNPUSHED_NOTE.format(revision=NO_REVISION, root=root, repo_id="ORG/NAME" if placeholder else meta.name)]
+    return []
 
 
 def find_model_folder(root: str | os.PathLike) -> Path:
@@ -158,6 +190,7 @@ def rekey_mteb_results(root: str | os.PathLike, repo_id: str, revision: str) -> 
 
     old = find_model_folder(root)
     module = Path(root) / MODEL_META_MODULE
+    notes = module_notes(module.read_text(encoding="utf-8")) if module.is_file() else []
     meta = (  # an export written before model_meta.py existed has only the JSON
         import_model_meta(module) if module.is_file()
         else ModelMeta.model_validate_json_resolved((old / MODEL_META_JSON).read_text(encoding="utf-8"))
@@ -173,6 +206,6 @@ def rekey_mteb_results(root: str | os.PathLike, repo_id: str, revision: str) -> 
         shutil.move(str(old), str(new))
         if not any(old.parent.iterdir()):
             old.parent.rmdir()
-    write_model_meta(new, meta)
+    write_model_meta(new, meta, notes)
     check_mteb_submission(new)
     return new

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hf_sentcl.evaluation.report import read_json
+from hf_sentcl.export.plan import ExportError
 
 if TYPE_CHECKING:
     from mteb.models import ModelMeta
@@ -36,9 +37,14 @@ The revision must be the Hub commit whose results are in results/{folder}/<revis
 
 from mteb.models.model_meta import ModelMeta, ScoringFunction
 from mteb.models.sentence_transformer_wrapper import SentenceTransformerEncoderWrapper
-
+{notes}
 {variable} = {code}
 '''
+
+#: the comment of `model_meta.py` that names training data without an MTEB task (mteb's own registry files list such
+#: data in comments: `training_datasets` holds MTEB task names only)
+NOTES_HEADER = "# Also trained on (not in mteb, so not in training_datasets):"
+NOTE_PREFIX = "#   - "
 
 
 def parameter_count(export_dir: str | os.PathLike) -> tuple[int, float]:
@@ -91,14 +97,24 @@ def build_model_meta(
     training_data: Sequence[str] | None = None,
     license_id: str | None = None,
     training_code: str | None = None,
+    citation: str | None = None,
 ) -> ModelMeta:
     """mteb's `ModelMeta` of the exported model (pydantic validates it here): loaded by mteb through
     sentence-transformers, size read from its weights, cosine similarity. `embed_dim` is a list for a Matryoshka
-    model (mteb's convention); `training_tasks` are the MTEB tasks whose texts it was trained on, and
-    `training_data` the Hub ids of its public training data."""
+    model (mteb's convention); `training_data` the Hub ids of its public training data.
+
+    `training_tasks` are the MTEB tasks whose data the training used (an empty set: none; None: not known). The
+    ModelMeta's `training_datasets` adds the base model's (`base_training_datasets`, when mteb knows the base), so
+    that the file says everything the model saw even where mteb cannot resolve `adapted_from`; it stays None (mteb:
+    zero-shot status unknown) only when the training data is not known. `max_tokens` must be the export's
+    `max_seq_length` (what sentence-transformers truncates to)."""
     from mteb.models.model_meta import ModelMeta, ScoringFunction
     from mteb.models.sentence_transformer_wrapper import SentenceTransformerEncoderWrapper
 
+    check_task_names(training_tasks or ())
+    datasets = None
+    if training_tasks is not None:
+        datasets = set(training_tasks) | (base_training_datasets(adapted_from) or set())
     n_parameters, memory_mb = parameter_count(export_dir)
     return ModelMeta(
         loader=SentenceTransformerEncoderWrapper,
@@ -121,9 +137,42 @@ def build_model_meta(
         reference=f"https://huggingface.co/{name}",
         similarity_fn_name=ScoringFunction.COSINE,
         use_instructions=False,
-        training_datasets=training_tasks,
+        training_datasets=datasets,
         adapted_from=adapted_from,
+        citation=citation,
     )
+
+
+def base_training_datasets(adapted_from: str | None) -> set[str] | None:
+    """The training datasets mteb records for the base model `adapted_from` (its `get_training_datasets()`, which
+    follows the base's own `adapted_from` and adds the tasks mteb counts as the same data); None when mteb's
+    registry does not know the base or its training data (looked up offline: `fetch_from_hf=False`)."""
+    import mteb
+
+    if not adapted_from:
+        return None
+    try:
+        base = mteb.get_model_meta(adapted_from, fetch_from_hf=False)
+    except (KeyError, ValueError):  # what mteb raises for a name its registry does not hold
+        return None
+    return base.get_training_datasets()
+
+
+def check_task_names(names: Sequence[str] | set[str]) -> None:
+    """ExportError naming each name that is not an MTEB task (`training_datasets` holds task names only)."""
+    import mteb
+
+    unknown = []
+    for name in sorted(set(names)):
+        try:
+            mteb.get_task(name)  # superseded tasks too (e.g. STSBenchmark), which `get_tasks()` leaves out
+        except KeyError:
+            unknown.append(name)
+    if unknown:
+        raise ExportError(
+            f"training data declared as MTEB datasets {unknown}, which are not MTEB task names (e.g. "
+            "'STSBenchmark', 'SICK-R'); fix training_data.mteb_datasets in the results file."
+        )
 
 
 def meta_record(meta: ModelMeta) -> dict[str, Any]:
@@ -141,14 +190,30 @@ def variable_name(name: str) -> str:
     return identifier if identifier[0].isalpha() else f"model_{identifier}"
 
 
-def render_model_meta(meta: ModelMeta) -> str:
+def render_model_meta(meta: ModelMeta, notes: Sequence[str] = ()) -> str:
     """The text of `model_meta.py`: mteb's imports and `<variable> = ModelMeta(...)` written by mteb's own
-    `to_python` (the generator its contributing guide points to)."""
+    `to_python` (the generator its contributing guide points to), after a comment naming the training data that
+    has no MTEB task (`notes`), as mteb's own registry files do."""
     org = re.sub(r"\W", "_", meta.name.split("/")[0].lower())
+    comment = "".join(f"{NOTE_PREFIX}{note}\n" for note in notes)
     return MODULE_TEMPLATE.format(
         name=meta.name, file_name=f"{org}_models.py", folder=meta.model_name_as_path(),
-        variable=variable_name(meta.name), code=meta.to_python(),
+        notes=f"\n{NOTES_HEADER}\n{comment}" if notes else "", variable=variable_name(meta.name),
+        code=meta.to_python(),
     )
+
+
+def module_notes(text: str) -> list[str]:
+    """The training-data notes of a `model_meta.py` written by `render_model_meta` (kept when it is rewritten)."""
+    lines = text.splitlines()
+    if NOTES_HEADER not in lines:
+        return []
+    notes = []
+    for line in lines[lines.index(NOTES_HEADER) + 1 :]:
+        if not line.startswith(NOTE_PREFIX):
+            break
+        notes.append(line[len(NOTE_PREFIX) :])
+    return notes
 
 
 def import_model_meta(path: str | os.PathLike) -> ModelMeta:

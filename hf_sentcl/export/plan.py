@@ -5,7 +5,10 @@ It lives beside the model (not in `hf_sentcl.export`) because both the export an
 
 from __future__ import annotations
 
+import json
+import logging
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from torch import nn
@@ -13,6 +16,10 @@ from torch import nn
 from hf_sentcl.modeling.encoder import SentenceEncoder
 from hf_sentcl.modeling.heads import MLPHead
 from hf_sentcl.modeling.pooling import Pooling
+
+logger = logging.getLogger("hf_sentcl")
+
+SENTENCE_BERT_CONFIG = "sentence_bert_config.json"  # where sentence-transformers keeps a model's max_seq_length
 
 
 class ExportError(ValueError):
@@ -30,7 +37,8 @@ class ExportPlan:
         head: `none`, `pooler` (the MLP head folded into the backbone's pooler and a Dense module for
             sentence-transformers) or `dense` (Dense module only).
         hidden_size: embedding dimension.
-        max_seq_length: truncation length of `encode`, written to `sentence_bert_config.json`.
+        max_seq_length: truncation length of the export (sentence-transformers 6 saves it as the tokenizer's
+            `model_max_length`; mteb's `max_tokens`): see `export_max_seq_length`.
     """
 
     pooling: str
@@ -144,5 +152,61 @@ def plan_export(encoder: SentenceEncoder) -> ExportPlan:
         kept_layers=kept,
         head="pooler" if fold else "dense" if head_used else "none",
         hidden_size=config.hidden_size,
-        max_seq_length=encoder.max_seq_length,
+        max_seq_length=export_max_seq_length(encoder),
     )
+
+
+def export_max_seq_length(encoder: SentenceEncoder) -> int:
+    """The truncation length of the export (sentence-transformers' `max_seq_length`, mteb's `max_tokens`).
+
+    1. The encoder's own `max_seq_length` setting, when it has one.
+    2. Else the base model's, when the base is a sentence-transformers model that sets one: in the
+       `max_seq_length` of its `sentence_bert_config.json` (sentence-transformers 2-5; e.g. 256 for
+       all-MiniLM-L6-v2, whose tokenizer says 512), or as its tokenizer's `model_max_length` (sentence-transformers
+       6, and this toolkit's own exports), which (3) reads anyway. Fine-tuning keeps the length the base model is
+       used at. The base is the folder or Hub id the backbone was loaded from (`_name_or_path` of its config, which
+       a saved encoder keeps); a Hub file is read from the local cache or downloaded, one that cannot be had counts
+       as absent.
+    3. Else the encoder's default (`SentenceEncoder.max_seq_length`: the tokenizer's and the position embeddings'
+       limit, at most 512).
+    Never more than (3). The training length (a recipe's `max_seq_length`, e.g. SimCSE's 32) is not used: it bounds
+    the training sentences, not what the model handles (positions past it keep their pretrained embeddings), and
+    cutting inputs to it would truncate MTEB's longer texts; the card states it beside the data."""
+    if encoder.config.max_seq_length:
+        return encoder.config.max_seq_length
+    default = encoder.max_seq_length
+    base = getattr(encoder.config.backbone_config, "_name_or_path", None)
+    limit = sentence_transformers_max_seq_length(base) if base else None
+    return min(limit, default) if limit else default
+
+
+def sentence_transformers_max_seq_length(name_or_path: str) -> int | None:
+    """`max_seq_length` of `sentence_bert_config.json` in a local model folder or a Hub model (where
+    sentence-transformers before 6.0 saved it); None when it has none (not such a model, a sentence-transformers 6
+    folder, or the file cannot be read or fetched)."""
+    folder = Path(name_or_path).expanduser()
+    if folder.is_dir():
+        path = folder / SENTENCE_BERT_CONFIG
+        if not path.is_file():
+            return None
+    else:
+        path = _hub_sentence_bert_config(name_or_path)
+        if path is None:
+            return None
+    try:
+        value = json.loads(path.read_text(encoding="utf-8")).get("max_seq_length")
+    except (OSError, ValueError, AttributeError):  # unreadable, not JSON, or not an object: no setting
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _hub_sentence_bert_config(repo_id: str) -> Path | None:
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, HFValidationError, LocalEntryNotFoundError
+
+    try:
+        return Path(hf_hub_download(repo_id, SENTENCE_BERT_CONFIG))
+    except (EntryNotFoundError, LocalEntryNotFoundError, HfHubHTTPError, HFValidationError) as err:
+        logger.info("No %s for '%s' (%s): the export keeps the default length.", SENTENCE_BERT_CONFIG, repo_id,
+                    type(err).__name__)
+        return None

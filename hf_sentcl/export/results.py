@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from hf_sentcl.evaluation.report import (
 )
 from hf_sentcl.evaluation.sts import STS_TASKS
 from hf_sentcl.evaluation.transfer import TRANSFER_TASKS
+from hf_sentcl.export.plan import ExportError
 from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS
 
 #: the label of the one row of results from `hf-sentcl evaluate`
@@ -48,6 +50,18 @@ KNOWN_TRAIN_FILES = {
     "wiki1m_subset.txt": "princeton-nlp/datasets-for-simcse",
     "nli_for_simcse.csv": "princeton-nlp/datasets-for-simcse",
 }
+
+
+# the MTEB tasks' Hub datasets -> their task names (a `dataset_name` that is one of them trains on that task's data)
+MTEB_TASK_BY_DATASET = {dataset: task for dataset, task, _revision in MTEB_STS_DATASETS.values()}
+
+#: results.json's `training_data.source` of a ConSERT sup / joint stage (`hf_sentcl.data.nli.NLITrainData`)
+NLI_SOURCE_KEY = "nli_source"
+
+#: the key of `training_data` that declares the MTEB datasets a training file was built from (`declared_mteb_datasets`)
+MTEB_DATASETS_KEY = "mteb_datasets"
+
+CARD_INPUTS = "hf_sentcl_card.json"  # the plan and results a card was rendered from, beside README.md
 
 
 # unlabeled_sts setting -> the STS tasks whose texts were trained on ("all-scored": the scored pairs only)
@@ -166,12 +180,92 @@ def training_datasets(results: Mapping[str, Any]) -> list[str] | None:
         return [MTEB_STS_DATASETS[t][0] for t in tasks] or None
     if data.get("source") == "train_file" and data.get("name") in KNOWN_TRAIN_FILES:
         return [KNOWN_TRAIN_FILES[data["name"]]]
+    if data.get("source") == NLI_SOURCE_KEY and (hub := re.fullmatch(r"dataset '([^']+)'.*", data.get("name", ""))):
+        return [hub.group(1)]
     return None
 
 
-def mteb_training_tasks(results: Mapping[str, Any]) -> set[str] | None:
-    """The MTEB task names whose texts the model was trained on (MTEB's `training_datasets`), where known."""
-    data = results.get("training_data") or {}
-    if data.get("source") != "unlabeled_sts":
+# ------------------------------------------------------------------------------------------------ MTEB's view
+def declared_mteb_datasets(data: Mapping[str, Any]) -> dict[str, list[str]]:
+    """`training_data.mteb_datasets` of a results file: the MTEB datasets (task names) the training text was taken
+    from, with their splits, e.g. {"STSBenchmark": ["train"]} for triplets mined from STS-B's train pairs. A plain
+    list of names means the splits are not known. Nothing recognises a local file's origin by itself: whoever
+    makes the file (e.g. `hf-sentcl mine` from `stsb:train`) declares it, and the run copies it into results.json."""
+    declared = data.get(MTEB_DATASETS_KEY) or {}
+    if isinstance(declared, str) or not isinstance(declared, (Mapping, list, tuple)):
+        raise ExportError(
+            f"training_data.{MTEB_DATASETS_KEY} should map MTEB task names to their splits (e.g. "
+            f'{{"STSBenchmark": ["train"]}}) or list the names, not {declared!r}.'
+        )
+    if not isinstance(declared, Mapping):
+        return {str(name): [] for name in declared}
+    return {str(name): [str(split) for split in (splits or [])] for name, splits in declared.items()}
+
+
+def own_mteb_training_tasks(results: Mapping[str, Any]) -> set[str] | None:
+    """The MTEB task names whose data this training run used (not its base model's): the STS sets of
+    `unlabeled_sts`, an MTEB dataset named by `dataset_name`, and what `training_data.mteb_datasets` declares.
+    An empty set when the run's data is known and none of it is an MTEB dataset (e.g. Wikipedia text, NLI pairs);
+    None when the results do not say what the model was trained on."""
+    data = results.get("training_data")
+    if not data:
         return None
-    return {MTEB_STS_DATASETS[t][1] for t in UNLABELED_STS_TASKS.get(data.get("name"), [])} or None
+    tasks = set(declared_mteb_datasets(data))
+    if data.get("source") == "unlabeled_sts":
+        tasks |= {MTEB_STS_DATASETS[t][1] for t in UNLABELED_STS_TASKS.get(data.get("name"), [])}
+    if data.get("source") == "dataset_name" and data.get("name") in MTEB_TASK_BY_DATASET:
+        tasks.add(MTEB_TASK_BY_DATASET[data["name"]])
+    return tasks
+
+
+def training_lineage(results: Mapping[str, Any], limit: int = 8) -> list[Mapping[str, Any]]:
+    """`results`, then the results of the model it was trained from, as long as that base is a local hf_sentcl
+    export (its `CARD_INPUTS` file holds them): e.g. ConSERT's sup-unsup stage 2, trained from stage 1's export on
+    NLI. The last entry's `model_name_or_path` is the original base model."""
+    lineage, seen = [results], set()
+    while len(lineage) < limit:
+        base = lineage[-1].get("model_name_or_path")
+        if not base or base == EMBEDDED_MODEL_ALIAS:
+            break
+        inputs = Path(base).expanduser() / CARD_INPUTS
+        if not inputs.is_file() or inputs.resolve() in seen:
+            break
+        seen.add(inputs.resolve())
+        lineage.append(read_json(inputs).get("results") or {})
+    return lineage
+
+
+def mteb_training_tasks(results: Mapping[str, Any]) -> set[str] | None:
+    """The MTEB task names whose data went into the model, over its hf_sentcl lineage (`training_lineage`), without
+    the original base model's (which mteb adds through `adapted_from`); None when the results do not say."""
+    lineage = training_lineage(results)
+    own = [own_mteb_training_tasks(r) for r in lineage]
+    if own[0] is None:
+        return None
+    return set().union(*(tasks for tasks in own if tasks))
+
+
+def base_model_id(results: Mapping[str, Any]) -> str | None:
+    """The Hub id of the model that training started from, through the hf_sentcl lineage (`training_lineage`)."""
+    return hub_model_id(training_lineage(results)[-1].get("model_name_or_path"))
+
+
+def training_data_outside_mteb(results: Mapping[str, Any]) -> list[str]:
+    """Plain descriptions of the lineage's training data that no MTEB task name covers (Wikipedia text, NLI pairs,
+    a local file without a declaration), for the comment mteb's own registry files give such data; local folders
+    are reduced to their names."""
+    notes = []
+    for entry in training_lineage(results):
+        data = entry.get("training_data") or {}
+        if not data or own_mteb_training_tasks(entry) and data.get("source") in ("unlabeled_sts", "dataset_name"):
+            continue
+        declared = declared_mteb_datasets(data)
+        name = re.sub(r"'(/[^']*)'", lambda m: f"'{Path(m.group(1)).name}'", str(data.get("name")))
+        hub = training_datasets(entry)
+        where = f", Hub dataset {', '.join(hub)}" if hub else ""
+        if declared:
+            taken = ", ".join(f"{task} ({'+'.join(splits) or 'splits not given'})" for task, splits in declared.items())
+            notes.append(f"{name} ({data.get('source')}{where}): built from MTEB's {taken}")
+        else:
+            notes.append(f"{name} ({data.get('source')}{where})")
+    return list(dict.fromkeys(notes))

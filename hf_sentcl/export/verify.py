@@ -79,9 +79,13 @@ def automodel_encode(path: str | Path, sentences: Sequence[str], plan: ExportPla
     return torch.cat(rows).numpy()
 
 
-def reference_copy(encoder: SentenceEncoder) -> SentenceEncoder:
-    """A plain CPU copy of `encoder` built from its config and state dict (trainer-attached modules ignored)."""
-    fresh = type(encoder)(copy.deepcopy(encoder.config))
+def reference_copy(encoder: SentenceEncoder, max_seq_length: int | None = None) -> SentenceEncoder:
+    """A plain CPU copy of `encoder` built from its config and state dict (trainer-attached modules ignored),
+    truncating at `max_seq_length` when given (the export's: `export_max_seq_length`)."""
+    config = copy.deepcopy(encoder.config)
+    if max_seq_length is not None:
+        config.max_seq_length = max_seq_length
+    fresh = type(encoder)(config)
     missing, _unused = fresh.load_state_dict(encoder.state_dict(), strict=False)
     if missing:
         raise ExportError(f"Could not copy the encoder for verification; missing weights {missing[:5]}.")
@@ -104,11 +108,12 @@ def verify_export(
     for non-finite or collapsed embeddings.
 
     The reference is a fresh CPU `SentenceEncoder` with the encoder's config and weights, so that nothing attached
-    to the trained instance (a device, accelerate's mixed-precision forward wrapper) enters the comparison.
+    to the trained instance (a device, accelerate's mixed-precision forward wrapper) enters the comparison; it
+    truncates at the export's `max_seq_length` (which may be the base model's, shorter than the encoder's default).
     """
     from sentence_transformers import SentenceTransformer
 
-    reference = reference_copy(encoder).encode(list(sentences), batch_size=len(sentences))
+    reference = reference_copy(encoder, plan.max_seq_length).encode(list(sentences), batch_size=len(sentences))
     check_embeddings(reference, "The encoder")
     loaded = {
         "transformers": automodel_encode(out_dir, sentences, plan),

@@ -45,12 +45,14 @@ def validate_recipe(recipe: Recipe) -> None:
     except ValueError as err:
         raise RecipeError(f"{recipe.source}: {err}") from None
     try:  # a method's own training data (e.g. NLI pairs) checks itself, stage by stage
-        stage_data = [spec.train_data(stage) for stage in spec.stages(recipe)]
+        stages = spec.stages(recipe)
+        stage_data = [spec.train_data(stage) for stage in stages]
         for data in stage_data:
             if data is not None:
                 data.check()
     except ValueError as err:
         raise RecipeError(f"{recipe.source}: {err}") from None
+    check_stage_plugins(recipe, stages)
     sources = text_sources(recipe.data)
     if None in stage_data and len(sources) != 1:
         raise RecipeError(
@@ -73,6 +75,23 @@ def validate_recipe(recipe: Recipe) -> None:
     except HubError as err:
         raise RecipeError(f"{recipe.source}: {err}") from None
     check_train_text(recipe, negatives_batch)  # last: it reads the whole file
+
+
+def check_stage_plugins(recipe: Recipe, stages: list[Recipe]) -> None:
+    """Each stage of a chained method passes the plug-in check its trainer makes when it is built (`check_plugins`),
+    so a plug-in that a stage cannot honour is refused now, naming the stage, and not after the stages before it
+    have trained. (The method's `stages` decides which stages carry a plug-in: ConSERT's sup-unsup gives
+    `matryoshka_dims` / `false_negatives` to stage 2 only.)"""
+    if len(stages) < 2:
+        return  # the recipe itself, checked above
+    trainer = get_method(recipe.method).trainer_class
+    for number, stage in enumerate(stages, start=1):
+        try:
+            trainer.check_plugins(stage.training, stage.model)
+        except ValueError as err:
+            mode = getattr(recipe.training, "supervised_mode", None)
+            chain = f" that supervised_mode '{mode}' chains" if mode else f" of method '{recipe.method}'"
+            raise RecipeError(f"{recipe.source}: stage {number} of the {len(stages)}{chain}: {err}") from None
 
 
 def check_backbone(recipe: Recipe) -> None:

@@ -233,10 +233,52 @@ class ConSERTTrainer(TrainingHeadsMixin, ContrastiveTrainer):
 
 
 # ---------------------------------------------------------------------- recipe plumbing (see the registry)
+#: the recipe keys of the plug-ins that act on an in-batch contrastive loss (`matryoshka_dims`, `false_negatives`,
+#: the IFM/BYOP margin), switched off (their defaults) in a chained mode's `sup` stage: see `plugins_for_stage`
+IN_BATCH_PLUGIN_KEYS = (
+    "matryoshka_dims", "matryoshka_weights", "false_negatives",
+    "perturbation", "margin", "margin_type", "detach_margin", "multi_task",
+)
+
+
+def plugins_for_stage(args, mode: str) -> dict:
+    """The plug-in keys to override in a chained mode's stage that runs `mode`: {} (the recipe's values) unless the
+    stage is `sup`, which gets every plug-in off.
+
+    Why: ConSERT's `sup` stage is a sentence-pair classifier (section 3.3, Eq. 2: cross-entropy of W(r1, r2,
+    |r1 - r2|) + b on the NLI labels, as SBERT-NLI), with no in-batch loss. Matryoshka prefixes, the masking of
+    duplicate in-batch negatives and the IFM/BYOP logit margin all act on the in-batch NT-Xent, so in that stage
+    they would have nothing to act on (a recipe in plain `sup` mode with one of them is refused for that reason).
+    In sup-unsup they belong to stage 2, the unsupervised NT-Xent on the target text, which also writes the final
+    encoder: so the Matryoshka prefixes the recipe asks for are those of the encoder it exports. In joint-unsup
+    both stages have the NT-Xent (joint: L_ce + alpha * L_con), and both keep the recipe's plug-ins: duplicate
+    premises are common in NLI (one premise, three hypotheses), which is what `false_negatives: mask` is for."""
+    if mode != "sup":
+        return {}
+    defaults = {f.name: f.default for f in dataclasses.fields(args) if f.name in IN_BATCH_PLUGIN_KEYS}
+    return {key: defaults[key] for key in IN_BATCH_PLUGIN_KEYS if key in defaults}
+
+
+def first_stage_batch(args) -> dict:
+    """The first stage's batch override: supervised_batch_size is global, like global_train_batch_size, and split
+    over the processes (ValueError when it cannot be split evenly)."""
+    if not args.supervised_batch_size:
+        return {}
+    processes = max(args.world_size, 1)
+    if args.supervised_batch_size % processes:
+        raise ValueError(
+            f"supervised_batch_size={args.supervised_batch_size} (the first stage's global batch) cannot be split "
+            f"evenly over {processes} processes; use a multiple of {processes}."
+        )
+    return {"global_train_batch_size": args.supervised_batch_size}
+
+
 def consert_stages(recipe) -> list:
     """The recipe's training stages. sup-unsup / joint-unsup: stage 1 (sup / joint on the NLI pairs) writes to
     <output_dir>/stage-1; stage 2 (unsup on the unlabeled text) starts from stage 1's exported encoder and writes
-    the final results to output_dir. Other modes: the recipe itself.
+    the final results to output_dir. Other modes: the recipe itself. The in-batch plug-ins (`matryoshka_dims`,
+    `false_negatives`, the IFM/BYOP margin) go to the stages with an in-batch loss (`plugins_for_stage`): both stages
+    of joint-unsup, stage 2 only of sup-unsup.
 
     `resume_from_checkpoint` resumes the stage whose output folder holds the checkpoint: one under
     <output_dir>/stage-1 resumes stage 1 (then stage 2 runs), any other resumes stage 2 alone from stage 1's export;
@@ -256,20 +298,12 @@ def consert_stages(recipe) -> list:
     no_stage_keys = dict.fromkeys(STAGE_KEYS)
     resume = args.resume_from_checkpoint
     resume_first = bool(resume) and Path(resume).resolve().is_relative_to(stage_dir.resolve())
-    batch = {}  # supervised_batch_size is global, like global_train_batch_size: split over the processes
-    if args.supervised_batch_size:
-        batch["global_train_batch_size"] = args.supervised_batch_size
-        processes = max(args.world_size, 1)
-        if args.supervised_batch_size % processes:
-            raise ValueError(
-                f"supervised_batch_size={args.supervised_batch_size} (the first stage's global batch) cannot be split "
-                f"evenly over {processes} processes; use a multiple of {processes}."
-            )
     first = dataclasses.replace(
         args, supervised_mode=first_mode, output_dir=str(stage_dir), push_to_hub=False,
         resume_from_checkpoint=resume if resume_first else None,
         learning_rate=args.supervised_learning_rate or args.learning_rate,
-        num_train_epochs=args.supervised_num_train_epochs or args.num_train_epochs, **batch, **no_stage_keys,
+        num_train_epochs=args.supervised_num_train_epochs or args.num_train_epochs, **first_stage_batch(args),
+        **no_stage_keys, **plugins_for_stage(args, first_mode),
     )
     second = dataclasses.replace(
         args, supervised_mode=second_mode, nli_source=None, nli_splits=None, nli_config=None, adversarial=False,

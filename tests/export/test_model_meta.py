@@ -19,6 +19,7 @@ from hf_sentcl.evaluation.sts import STS_TASKS
 from hf_sentcl.export.bundle import export_mteb_results, export_with_card
 from hf_sentcl.export.mteb_files import check_mteb_submission, rekey_mteb_results
 from hf_sentcl.export.mteb_meta import import_model_meta, parameter_count
+from hf_sentcl.methods import PAPERS
 
 SENTENCES = ["a man plays the guitar .", "the cat runs in the park .", "a girl eats food ."]
 TRAINING_CODE = "https://github.com/example/hf_sentcl"
@@ -56,8 +57,10 @@ def test_model_meta_module_imports_with_mteb_and_equals_the_json(exported):
     assert meta.n_parameters == parameter_count(out)[0] and meta.n_embedding_parameters == config["vocab_size"] * 32
     assert (meta.license, meta.public_training_code) == ("apache-2.0", TRAINING_CODE)
     assert meta.public_training_data == "https://huggingface.co/datasets/mteb/stsbenchmark-sts"
-    assert meta.training_datasets == {"STSBenchmark"}
+    base = mteb.get_model_meta("sentence-transformers/all-MiniLM-L6-v2", fetch_from_hf=False)
+    assert meta.training_datasets == {"STSBenchmark"} | base.get_training_datasets()  # its own data + its base's
     assert meta.adapted_from == "sentence-transformers/all-MiniLM-L6-v2"
+    assert meta.citation == PAPERS["simcse"].bibtex
     assert meta.framework == ["Sentence Transformers", "PyTorch"] and meta.languages == ["eng-Latn"]
     saved = json.loads((folder / "model_meta.json").read_text())
     assert saved["loader"] == "SentenceTransformerEncoderWrapper" and saved["embed_dim"] == 32  # mteb's to_dict
