@@ -130,9 +130,10 @@ class PreemptionCallback(TrainerCallback):
     on every process.
 
     At every step end, after a dev evaluation and after a checkpoint save, the processes agree whether any of them
-    was signalled (one all-reduce of a flag on a CPU gloo group: no device sync, ~0.1 ms; the signal may reach one
-    process only, or the processes at different moments). Once they agree, the step's checkpoint is written (unless
-    the event is that save) and training stops; `stop_step` says at which step, for `run_stage` to end the run.
+    was signalled (the signal may reach one process only, or the processes at different moments): one all-reduce
+    of a flag on a CPU gloo group, no device sync, 0.33 ms between 2 processes of a loaded 2-core Intel Xeon. Once
+    they agree, the step's checkpoint is written (unless the event is that save) and training stops; `stop_step`
+    says at which step, for `run_stage` to end the run.
     """
 
     def __init__(self, watch) -> None:
