@@ -20,11 +20,11 @@ os.environ["HF_HUB_CACHE"] = os.path.join(_hub_home, "hub")
 os.environ["HF_ASSETS_CACHE"] = os.path.join(_hub_home, "assets")
 atexit.register(shutil.rmtree, _hub_home, ignore_errors=True)
 
-from pathlib import Path  # noqa: E402
+from pathlib import Path
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from helpers import build_tiny_bert, build_tiny_roberta, random_sentences, write_full_senteval  # noqa: E402
+import pytest
+import torch
+from helpers import build_tiny_bert, build_tiny_roberta, random_sentences, write_full_senteval
 
 # The models here are tiny: one intra-op thread is as fast as two on an idle machine and avoids OpenMP
 # oversubscription stalls (10x slower steps) when the 2 cores are shared with other work.
@@ -87,3 +87,18 @@ def train_files(tmp_path):
         writer.writerow(["premise", "hypothesis", "label"])
         writer.writerows((a, b, i % 3) for i, (a, b) in enumerate(zip(rows[:32], rows[32:64])))
     return {"text": text, "triplets": triplets, "nli": nli}
+
+
+@pytest.fixture
+def export_dir(tiny_bert_dir, tmp_path) -> Path:
+    """A real export of the tiny BERT (mean pooling; model card for the local folder, no repo id) with a .git folder,
+    which a push never uploads (huggingface_hub's default ignores)."""
+    from hf_sentcl import SentenceEncoder
+    from hf_sentcl.export.bundle import export_with_card
+
+    folder = tmp_path / "export"
+    encoder = SentenceEncoder.from_backbone(str(tiny_bert_dir), pooling="mean").eval()
+    export_with_card(encoder, folder, {}, verify=False)
+    (folder / ".git").mkdir()
+    (folder / ".git" / "HEAD").write_text("ref: refs/heads/main")
+    return folder

@@ -15,7 +15,6 @@ from hf_sentcl import SentenceEncoder
 from hf_sentcl.cli.push import main
 from hf_sentcl.evaluation.mteb import MtebScores
 from hf_sentcl.evaluation.sts import STS_TASKS
-from hf_sentcl.export.bundle import export_with_card
 from hf_sentcl.export.mteb_files import check_mteb_folder, write_mteb_results
 from hf_sentcl.export.publish import publish_run
 from hf_sentcl.hub.upload import HubError, check_hub_settings, push_folder, upload_plan
@@ -50,17 +49,6 @@ class RecordingApi:
         self._record("upload_folder", args, kwargs)
         return SimpleNamespace(commit_url=f"https://huggingface.co/{kwargs['repo_id']}/commit/{COMMIT[:7]}",
                                oid=COMMIT)
-
-
-@pytest.fixture
-def export_dir(tiny_bert_dir, tmp_path):
-    """A real export (model card for the local folder, no repo id) with a .git folder that is never uploaded."""
-    folder = tmp_path / "export"
-    encoder = SentenceEncoder.from_backbone(str(tiny_bert_dir), pooling="mean").eval()
-    export_with_card(encoder, folder, {}, verify=False)
-    (folder / ".git").mkdir()
-    (folder / ".git" / "HEAD").write_text("ref: refs/heads/main")  # never uploaded (huggingface_hub's ignores)
-    return folder
 
 
 def snapshot(folder):

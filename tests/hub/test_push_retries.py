@@ -19,7 +19,6 @@ from huggingface_hub.errors import HfHubHTTPError, LocalTokenNotFoundError, Offl
 
 from hf_sentcl import SentenceEncoder
 from hf_sentcl.cli.push import main
-from hf_sentcl.export.bundle import export_with_card
 from hf_sentcl.export.publish import publish_run, push_export
 from hf_sentcl.hub.offline import is_offline
 from hf_sentcl.hub.upload import (
@@ -54,17 +53,6 @@ def online(monkeypatch):
     assert not is_offline()
     yield monkeypatch
     close_session()  # no pooled connection to a stopped fake Hub outlives the test
-
-
-@pytest.fixture
-def export_dir(tiny_bert_dir, tmp_path):
-    """A real export (model card for the local folder) with a .git folder that is never uploaded."""
-    folder = tmp_path / "export"
-    encoder = SentenceEncoder.from_backbone(str(tiny_bert_dir), pooling="mean").eval()
-    export_with_card(encoder, folder, {}, verify=False)
-    (folder / ".git").mkdir()
-    (folder / ".git" / "HEAD").write_text("ref: refs/heads/main")
-    return folder
 
 
 def snapshot(folder: Path) -> dict[str, str]:
