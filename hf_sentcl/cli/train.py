@@ -58,7 +58,7 @@ def watched_run(work: Callable[[], int], signals: Sequence[str] | None) -> int:
     try:
         status = work()
     except TrainingFailure as err:
-        print(f"error: {err}", file=sys.stderr)
+        sys.stderr.write(f"error: {err}\n")  # one write: processes share stderr
         status = exits.FAILED
     except Preempted as stop:
         print(f"{stop}\nexit status {exits.PREEMPTED} (preempted)", file=sys.stderr, flush=True)

@@ -41,7 +41,7 @@ pytestmark = pytest.mark.slow
 
 PROBE = REPO / "tests" / "pipeline" / "phase_probe.py"
 MAX_STEPS, EVERY = 12, 4  # checkpoints and dev evaluations at steps 4, 8 and 12
-PAUSE_S = 1.5  # the probe's pause inside the signalled phase
+PAUSE_S = 1.0  # the probe's pause inside the signalled phase
 #: what a process may take on top of the pause between the signal and its exit: the rest of one step, one checkpoint
 #: save, and leaving (a launch's teardown included); steps and saves of the tiny model take well under a second
 ALLOWANCE_S = {1: 6.0, 2: 12.0}

@@ -5,8 +5,7 @@ curve covers the whole run.
 
 The "crash" is a copy of the uninterrupted run's folder cut back to a checkpoint (deterministic and fast); the
 real stops (SIGTERM/SIGUSR1 in each phase, SIGKILL), with one and two processes, are
-tests/pipeline/test_preemption.py; DDP, ZeRO-2 and ZeRO-3 are
-tests/pipeline/test_scaling.py."""
+tests/pipeline/test_preemption.py (DDP among them); ZeRO-2 and ZeRO-3 are tests/pipeline/test_scaling.py."""
 
 import json
 import shutil
