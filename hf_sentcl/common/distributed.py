@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import os
+import sys
 from collections.abc import Iterator
 
 import torch
@@ -93,10 +95,14 @@ def finish_processes(status: int) -> int:
     """End of a run on every process: wait for the others (process 0's final evaluation and export may take long),
     agree on one exit status (the largest: a failure or preemption anywhere is the launch's), and take the process
     group down, so no process leaves while a peer still talks to it (gloo then aborts the leaver: 'terminate called
-    without an active exception'). Returns the agreed status."""
+    without an active exception'). With several processes it exits with the agreed status instead of returning."""
     if world_size() == 1:
         return status
     code = torch.tensor([status], dtype=torch.int64)
     dist.all_reduce(code, op=dist.ReduceOp.MAX, group=_long_wait_group())
     dist.destroy_process_group()
-    return int(code.item())
+    # gloo's threads can still abort a process in its static destructors at interpreter exit ('terminate called
+    # without an active exception', seen in CI after a complete run): everything is written, so leave at once
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(int(code.item()))
