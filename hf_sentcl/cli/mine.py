@@ -36,6 +36,7 @@ from hf_sentcl.data.mining import (
     read_pairs,
     write_triplets,
 )
+from hf_sentcl.data.provenance import write_provenance
 from hf_sentcl.modeling import POOLING_MODES
 from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS, backbone_config
 from hf_sentcl.modeling.encoder import load_encoder
@@ -82,12 +83,33 @@ def build_parser() -> argparse.ArgumentParser:
     add("--batch-size", type=int, default=128, help="Sentences per encoding batch (default %(default)s).")
     add("--bf16", action="store_true", help="Encode under bf16 autocast.")
     add("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda if available).")
-    add("--output", required=True, help="The .csv to write (columns sent0, sent1, hard_neg).")
+    add("--output", required=True,
+        help="The .csv to write (columns sent0, sent1, hard_neg), and beside it OUTPUT.provenance.json, which names "
+        "the MTEB datasets the file was built from (a run on the file copies it into its model card and "
+        "leaderboard entry).")
+    add("--mteb-dataset", action="append", default=[], metavar="TASK[:SPLIT]",
+        help="Declare that --pairs or --corpus was taken from this MTEB dataset (repeatable), e.g. "
+        "STSBenchmark:train for a copy of STS-B's train pairs; 'stsb[:SPLIT]' pairs are declared on their own.")
     return parser
 
 
-def prepare(args: argparse.Namespace) -> tuple[MiningSettings, Pairs, list[str]]:
-    """Check every option and read every input before the model loads: the settings, the pairs and the pool."""
+def declared_datasets(pairs: Pairs, options: Sequence[str]) -> dict[str, list[str]]:
+    """The MTEB datasets the mined file comes from: those of the pairs (STS-B when `--pairs stsb`) and every
+    `--mteb-dataset TASK[:SPLIT]`."""
+    declared = {task: list(splits) for task, splits in pairs.mteb_datasets.items()}
+    for option in options:
+        task, _, split = option.partition(":")
+        if not task.strip():
+            raise ValueError(f"--mteb-dataset '{option}': expected an MTEB task name, e.g. STSBenchmark:train.")
+        splits = declared.setdefault(task.strip(), [])
+        if split.strip() and split.strip() not in splits:
+            splits.append(split.strip())
+    return declared
+
+
+def prepare(args: argparse.Namespace) -> tuple[MiningSettings, Pairs, list[str], dict[str, list[str]]]:
+    """Check every option and read every input before the model loads: the settings, the pairs, the pool and the
+    MTEB datasets the output will declare."""
     start, end = parse_rank_window(args.rank_window)
     settings = MiningSettings(
         rank_start=start, rank_end=end, absolute_margin=args.absolute_margin, relative_margin=args.relative_margin,
@@ -105,8 +127,9 @@ def prepare(args: argparse.Namespace) -> tuple[MiningSettings, Pairs, list[str]]
     corpus = read_corpus(Path(args.corpus).expanduser()) if args.corpus else []
     pool = build_pool(pairs, corpus, include_pairs=not args.corpus_only)
     check_pool_size(len(pool), settings.max_pool)
+    declared = declared_datasets(pairs, args.mteb_dataset)
     backbone_config(args.model, "--model")  # a model that cannot load fails here, saying what was looked for
-    return settings, pairs, pool
+    return settings, pairs, pool, declared
 
 
 def summary(pairs: Pairs, result: MiningResult, output: str, seconds: float) -> str:
@@ -126,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging()
     try:
-        settings, pairs, pool = prepare(args)
+        settings, pairs, pool, declared = prepare(args)
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -137,5 +160,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = mine_hard_negatives(encoder, pairs, pool, settings, args.batch_size, args.bf16, show_progress=watched())
     seconds = time.perf_counter() - started
     write_triplets(Path(args.output).expanduser(), result.triplets)
+    sidecar = write_provenance(
+        args.output, declared, tool="hf-sentcl mine", pairs=pairs.source, corpus=args.corpus, model=args.model
+    )
     print(summary(pairs, result, args.output, seconds))
+    print(f"MTEB datasets in the file: {', '.join(declared) or 'none declared'} -> {sidecar}")
     return 0

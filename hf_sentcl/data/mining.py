@@ -42,6 +42,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from hf_sentcl.data.provenance import STSB_MTEB_SPLITS
 from hf_sentcl.evaluation.sts import load_sts_task, read_stsbenchmark
 
 MINED_COLUMNS = ("sent0", "sent1", "hard_neg")
@@ -89,12 +90,14 @@ def parse_rank_window(text: str) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class Pairs:
-    """(anchor, positive) sentence pairs, stripped; `skipped` rows of `source` were left out (blank or low score)."""
+    """(anchor, positive) sentence pairs, stripped; `skipped` rows of `source` were left out (blank or low score).
+    `mteb_datasets`: the MTEB datasets (task -> splits) the pairs are taken from, e.g. {"STSBenchmark": ["train"]}."""
 
     anchors: list[str]
     positives: list[str]
     source: str
     skipped: int = 0
+    mteb_datasets: dict[str, list[str]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.anchors)
@@ -124,14 +127,15 @@ def read_stsb_pairs(source: str, min_score: float, data_dir: str | os.PathLike |
         if split not in ("train", "dev", "test"):
             raise ValueError(f"--pairs '{source}': the STS-B split is train, dev or test.")
         pairs, name = load_sts_task(data_dir, "STSBenchmark", split)[split], f"STS-B {split}"
+        declared = {"STSBenchmark": [STSB_MTEB_SPLITS[split]]}
     else:
         if not Path(source).is_file():
             raise FileNotFoundError(f"--pairs '{source}' does not exist.")
-        pairs, name = read_stsbenchmark(Path(source)), source
+        pairs, name, declared = read_stsbenchmark(Path(source)), source, {}
     keep = [i for i, score in enumerate(pairs.scores) if score >= min_score]
     anchors = [pairs.sentences1[i].strip() for i in keep]
     positives = [pairs.sentences2[i].strip() for i in keep]
-    return Pairs(anchors, positives, f"{name} (score >= {min_score:g})", len(pairs) - len(keep))
+    return Pairs(anchors, positives, f"{name} (score >= {min_score:g})", len(pairs) - len(keep), declared)
 
 
 def read_pairs(

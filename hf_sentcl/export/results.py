@@ -12,6 +12,7 @@ from typing import Any
 
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
+from hf_sentcl.data.provenance import MTEB_DATASETS_KEY
 from hf_sentcl.evaluation.mteb import MTEB_STS_DATASETS
 from hf_sentcl.evaluation.report import (
     RUN_LABELS,
@@ -58,8 +59,6 @@ MTEB_TASK_BY_DATASET = {dataset: task for dataset, task, _revision in MTEB_STS_D
 #: results.json's `training_data.source` of a ConSERT sup / joint stage (`hf_sentcl.data.nli.NLITrainData`)
 NLI_SOURCE_KEY = "nli_source"
 
-#: the key of `training_data` that declares the MTEB datasets a training file was built from (`declared_mteb_datasets`)
-MTEB_DATASETS_KEY = "mteb_datasets"
 
 CARD_INPUTS = "hf_sentcl_card.json"  # the plan and results a card was rendered from, beside README.md
 

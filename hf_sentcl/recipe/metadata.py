@@ -14,6 +14,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hf_sentcl.data.provenance import MTEB_DATASETS_KEY, read_provenance
 from hf_sentcl.methods import get_method
 
 if TYPE_CHECKING:
@@ -84,13 +85,16 @@ def non_default_settings(recipe: Recipe) -> dict[str, Any]:
 
 
 def training_data_summary(recipe: Recipe, num_examples: int | None, text_columns: Sequence[str]) -> dict[str, Any]:
-    """Where the training text came from and how much of it was used."""
+    """Where the training text came from and how much of it was used; for a `train_file` with a provenance sidecar
+    (`hf_sentcl.data.provenance`, e.g. written by `hf-sentcl mine`), the MTEB datasets it declares."""
     data = recipe.data
     own_data = get_method(recipe.method).train_data(recipe)  # e.g. the NLI pairs of a ConSERT sup/joint stage
+    declared = {}
     if own_data is not None:
         source, name = own_data.source_key, own_data.source.description
     elif data.train_file is not None:
         source, name = "train_file", Path(os.path.expandvars(data.train_file)).name
+        declared = {k: v for k, v in read_provenance(data.train_file).items() if k == MTEB_DATASETS_KEY}
     elif data.dataset_name is not None:
         source, name = "dataset_name", data.dataset_name
     else:
@@ -104,6 +108,7 @@ def training_data_summary(recipe: Recipe, num_examples: int | None, text_columns
         "train_subset_seed": data.train_subset_seed if data.train_subset_size is not None else None,
         "max_seq_length": data.max_seq_length,
         "columns": list(text_columns),
+        **declared,
     }
 
 

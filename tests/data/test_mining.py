@@ -18,7 +18,9 @@ from hf_sentcl.data.mining import (
     mine_from_embeddings,
     read_pairs,
 )
+from hf_sentcl.data.provenance import provenance_path, read_provenance
 from hf_sentcl.pipeline.build import build_train_dataset
+from hf_sentcl.recipe.metadata import training_data_summary
 from hf_sentcl.recipe.parser import parse_recipe
 
 # Unit vectors in the plane at these angles (degrees) from the anchor: cosine to the anchor = cos(angle).
@@ -157,6 +159,7 @@ def write_pairs(path, rows, header=("sent0", "sent1")):
         (["--min-score", "4"], "--min-score applies to STS-B pairs"),
         (["--corpus", "{tmp}/nothing.txt"], "--corpus '.*nothing.txt' does not exist"),
         (["--max-pool", "3"], r"above the exact search's limit of 3 \(--max-pool\)"),
+        (["--mteb-dataset", ":train"], "--mteb-dataset ':train': expected an MTEB task name"),
         ([], "--model '.*no-model': no folder"),
     ],
 )
@@ -189,6 +192,10 @@ def test_cli_writes_a_csv_that_supervised_simcse_reads(tmp_path, tiny_bert_dir, 
     assert all(r["hard_neg"] not in (r["sent0"], r["sent1"]) and r["hard_neg"] in sentences for r in rows)
     first = output.read_bytes()
     assert mine_main(argv) == 0 and output.read_bytes() == first  # deterministic with the seed
+    # the user's own pairs: nothing is declared unless the user says where they came from
+    assert read_provenance(output)["mteb_datasets"] == {}
+    assert mine_main([*argv, "--mteb-dataset", "SICK-R:test", "--mteb-dataset", "SICK-R:train"]) == 0
+    assert read_provenance(output)["mteb_datasets"] == {"SICK-R": ["test", "train"]}
 
     recipe = parse_recipe(
         None, method="simcse_sup", model_name_or_path=str(tiny_bert_dir), train_file=str(output),
@@ -210,6 +217,24 @@ def test_cli_mines_stsb_pairs(tmp_path, tiny_bert_dir, senteval_dir, capsys):
     assert f"Pairs in: {expected}" in capsys.readouterr().out
     with output.open(newline="") as handle:
         assert len(list(csv.DictReader(handle))) <= expected
+    # the file declares its origin (SentEval's dev split is MTEB's validation split) and a run on it copies it
+    assert mine_main([*argv[:3], "stsb:dev", *argv[4:]]) == 0
+    assert read_provenance(output)["mteb_datasets"] == {"STSBenchmark": ["validation"]}
+    recipe = parse_recipe(None, method="simcse_sup", model_name_or_path=str(tiny_bert_dir), train_file=str(output),
+                          output_dir=str(tmp_path / "run"))
+    summary = training_data_summary(recipe, 10, ["sent0", "sent1", "hard_neg"])
+    assert summary["mteb_datasets"] == {"STSBenchmark": ["validation"]}
+
+
+def test_a_provenance_file_that_is_not_an_object_is_refused_naming_it(tmp_path):
+    train_file = tmp_path / "mined.csv"
+    train_file.write_text("sent0,sent1,hard_neg\na,b,c\n")
+    provenance_path(train_file).write_text("[1, 2]")
+    with pytest.raises(TypeError, match=r"mined.csv.provenance.json: expected a JSON object"):
+        read_provenance(train_file)
+    provenance_path(train_file).write_text("{oops")
+    with pytest.raises(ValueError, match=r"mined.csv.provenance.json: not valid JSON"):
+        read_provenance(train_file)
 
 
 

@@ -98,9 +98,10 @@ def test_entry_of_a_model_trained_on_triplets_mined_from_stsb(tmp_path, tiny_ber
     mined = tmp_path / "stsb_mined.csv"
     assert mine_main(["--model", str(tiny_bert_dir), "--pooling", "mean", "--pairs", "stsb:train", "--min-score", "0",
                       "--data-dir", str(senteval_dir), "--output", str(mined)]) == 0
-    # the declaration of the file's origin (what `hf-sentcl mine --pairs stsb:train` made it from)
-    results = run_results(tmp_path, "simcse_sup", mined, mteb_datasets={"STSBenchmark": ["train"]})
+    # the run reads the file's origin from the sidecar `hf-sentcl mine --pairs stsb:train` wrote beside it
+    results = run_results(tmp_path, "simcse_sup", mined)
     assert results["training_data"]["name"] == "stsb_mined.csv"
+    assert results["training_data"]["mteb_datasets"] == {"STSBenchmark": ["train"]}
     meta, root, _folder = export_entry(tmp_path, minilm_export, results, "my-org/simcse-sup-stsb-mined")
 
     assert meta.training_datasets == {"STSBenchmark"} | base_meta.get_training_datasets()
