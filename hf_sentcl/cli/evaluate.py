@@ -28,7 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", required=True, help=f"Path, Hub id, or '{EMBEDDED_MODEL_ALIAS}'.")
     parser.add_argument(
         "--pooling", choices=POOLING_MODES, default=None,
-        help="Pooling to evaluate with (default: the saved encoder's, or 'cls' for a plain backbone).",
+        help="Pooling to evaluate with (default: the saved encoder's, else the sentence-transformers folder's "
+        "(e.g. mean for all-MiniLM-L6-v2), else 'cls').",
     )
     parser.add_argument("--pooling-layer", type=int, default=None, help="Hidden-state index for cls/mean/max.")
     parser.add_argument("--tasks", default="sts", help=f"Comma-separated suites: {', '.join(EVAL_SUITES)}.")

@@ -52,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add = parser.add_argument
     add("--model", required=True, help=f"Encoder: a run or export folder, a Hub id, or '{EMBEDDED_MODEL_ALIAS}'.")
-    add("--pooling", choices=POOLING_MODES, default=None, help="Pooling (default: the saved encoder's, else cls).")
+    add("--pooling", choices=POOLING_MODES, default=None,
+        help="Pooling (default: the saved encoder's, else the sentence-transformers folder's, else cls).")
     add("--pooling-layer", type=int, default=None, help="Hidden-state index for cls/mean/max.")
     add("--pairs", required=True,
         help="(anchor, positive) pairs: a .csv/.tsv file with a header row, or 'stsb' / 'stsb:SPLIT' (STS-B of the "

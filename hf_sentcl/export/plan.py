@@ -5,10 +5,8 @@ It lives beside the model (not in `hf_sentcl.export`) because both the export an
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from torch import nn
@@ -16,10 +14,10 @@ from torch import nn
 from hf_sentcl.modeling.encoder import SentenceEncoder
 from hf_sentcl.modeling.heads import MLPHead
 from hf_sentcl.modeling.pooling import Pooling
+from hf_sentcl.modeling.st_files import sentence_transformers_max_seq_length
 
 logger = logging.getLogger("hf_sentcl")
 
-SENTENCE_BERT_CONFIG = "sentence_bert_config.json"  # where sentence-transformers keeps a model's max_seq_length
 
 
 class ExportError(ValueError):
@@ -178,35 +176,3 @@ def export_max_seq_length(encoder: SentenceEncoder) -> int:
     base = getattr(encoder.config.backbone_config, "_name_or_path", None)
     limit = sentence_transformers_max_seq_length(base) if base else None
     return min(limit, default) if limit else default
-
-
-def sentence_transformers_max_seq_length(name_or_path: str) -> int | None:
-    """`max_seq_length` of `sentence_bert_config.json` in a local model folder or a Hub model (where
-    sentence-transformers before 6.0 saved it); None when it has none (not such a model, a sentence-transformers 6
-    folder, or the file cannot be read or fetched)."""
-    folder = Path(name_or_path).expanduser()
-    if folder.is_dir():
-        path = folder / SENTENCE_BERT_CONFIG
-        if not path.is_file():
-            return None
-    else:
-        path = _hub_sentence_bert_config(name_or_path)
-        if path is None:
-            return None
-    try:
-        value = json.loads(path.read_text(encoding="utf-8")).get("max_seq_length")
-    except (OSError, ValueError, AttributeError):  # unreadable, not JSON, or not an object: no setting
-        return None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
-def _hub_sentence_bert_config(repo_id: str) -> Path | None:
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, HFValidationError, LocalEntryNotFoundError
-
-    try:
-        return Path(hf_hub_download(repo_id, SENTENCE_BERT_CONFIG))
-    except (EntryNotFoundError, LocalEntryNotFoundError, HfHubHTTPError, HFValidationError) as err:
-        logger.info("No %s for '%s' (%s): the export keeps the default length.", SENTENCE_BERT_CONFIG, repo_id,
-                    type(err).__name__)
-        return None

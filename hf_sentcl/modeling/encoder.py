@@ -22,6 +22,7 @@ from hf_sentcl.modeling.config import SentenceEncoderConfig
 from hf_sentcl.modeling.heads import MLPHead
 from hf_sentcl.modeling.pooling import Pooling, pool, pooling_mode
 from hf_sentcl.modeling.precision import mixed_eval_dtype
+from hf_sentcl.modeling.st_files import sentence_transformers_max_seq_length, sentence_transformers_pooling
 from hf_sentcl.modeling.unpadded import run_backbone
 
 MAX_DEFAULT_SEQ_LENGTH = 512
@@ -157,11 +158,17 @@ class SentenceEncoder(PreTrainedModel):
 
     @classmethod
     def load(cls, name_or_path: str, **overrides) -> SentenceEncoder:
-        """Load a saved `SentenceEncoder`, or wrap a plain backbone; `overrides` (pooling, head, ...) apply to both."""
+        """Load a saved `SentenceEncoder`, or wrap a plain backbone; `overrides` (pooling, head, ...) apply to both.
+        A plain backbone from a sentence-transformers folder (an hf_sentcl export, all-MiniLM-L6-v2) is pooled and
+        truncated as that folder says unless `overrides` say otherwise (`hf_sentcl.modeling.st_files`)."""
         path = resolve_model_name(name_or_path)
         model_type = getattr(AutoConfig.from_pretrained(path), "model_type", None)
         if model_type != SentenceEncoderConfig.model_type:
-            return cls.from_backbone(name_or_path, **overrides)
+            saved = {
+                "pooling": sentence_transformers_pooling(path),
+                "max_seq_length": sentence_transformers_max_seq_length(path),
+            }
+            return cls.from_backbone(name_or_path, **{k: v for k, v in saved.items() if v is not None} | overrides)
         model = cls.from_pretrained(path)
         for key, value in overrides.items():
             if key == "head" and value != model.config.head:
