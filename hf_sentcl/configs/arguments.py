@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ from transformers.trainer_utils import IntervalStrategy, SaveStrategy
 from hf_sentcl.common.preemption import signal_numbers
 from hf_sentcl.configs.validation import check_choices, check_range
 from hf_sentcl.evaluation.sts import STS_MODES
-from hf_sentcl.losses.false_negatives import FALSE_NEGATIVE_MODES
+from hf_sentcl.losses.false_negatives import FALSE_NEGATIVE_MODES, GUIDE_MARGIN_STRATEGIES
 from hf_sentcl.losses.matryoshka import check_matryoshka
 from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS
 from hf_sentcl.modeling.config import HEAD_TYPES
@@ -318,7 +319,31 @@ class SentCLTrainingArguments(TrainingArguments):
         metadata={
             "help": "'mask': take in-batch candidates whose text is identical to the anchor's or its positive's "
             "(same token ids after truncation) out of the loss's denominator (docs/false-negatives.md). "
+            "'guide': take out those that guide_model scores closer to the anchor than the anchor's own positive "
+            "(less guide_margin), as sentence-transformers' GISTEmbedLoss. "
             "'keep': every other row is a negative, as in the papers."
+        },
+    )
+    guide_model: str | None = field(
+        default=None,
+        # frozen, no gradient, in the training precision; its own pooling and length (a sentence-transformers folder)
+        metadata={
+            "help": "With 'false_negatives: guide': the encoder that scores the in-batch candidates: a folder, a "
+            "Hub id or 'embedded:all-MiniLM-L6-v2'. It embeds each step's texts (before augmentation) once."
+        },
+    )
+    guide_margin: float = field(
+        default=0.0,
+        metadata={
+            "help": "With 'false_negatives: guide': how far below the positive's guide score a candidate may score "
+            "and still be dropped (0: only candidates scored above the positive)."
+        },
+    )
+    guide_margin_strategy: Literal[GUIDE_MARGIN_STRATEGIES] = field(
+        default="absolute",
+        metadata={
+            "help": "'absolute': drop candidates scoring above positive - guide_margin; 'relative': above "
+            "positive - |positive| * guide_margin (sentence-transformers' margin_strategy)."
         },
     )
     matryoshka_dims: list[int] | None = field(
@@ -385,10 +410,29 @@ class SentCLTrainingArguments(TrainingArguments):
         if self.mini_batch_size is not None and self.mini_batch_size < 1:
             raise ValueError(f"mini_batch_size must be a positive number of examples, got {self.mini_batch_size}.")
         check_matryoshka(self.matryoshka_dims, self.matryoshka_weights)
+        check_guide_settings(self)
         if self.preemption_signals is not None:
             signal_numbers(self.preemption_signals)  # ValueError naming a name that is not a catchable signal
         if self.global_train_batch_size is not None:
             self.per_device_train_batch_size = per_device_batch_size(self.global_train_batch_size, self.world_size)
+
+
+def check_guide_settings(args) -> None:
+    """`false_negatives: guide` needs a `guide_model`, and the guide keys mean nothing without it: ValueError naming
+    the key. The model itself is looked for when the trainer loads it, before training."""
+    guided = args.false_negatives == "guide"
+    if guided and not args.guide_model:
+        raise ValueError(
+            "false_negatives: 'guide' needs guide_model, the encoder that scores the candidates (e.g. "
+            "'embedded:all-MiniLM-L6-v2', a folder or a Hub id)."
+        )
+    if not guided and args.guide_model:
+        raise ValueError(
+            f"guide_model '{args.guide_model}' is set but false_negatives is '{args.false_negatives}'; set "
+            "'false_negatives: guide' to use it, or remove guide_model."
+        )
+    if not math.isfinite(args.guide_margin):
+        raise ValueError(f"guide_margin must be a finite number, got {args.guide_margin}.")
 
 
 def per_device_batch_size(global_batch: int, processes: int) -> int:

@@ -15,14 +15,59 @@ target) when c's text equals
 - the text of a positive of i's group (i's own positive, or another positive of the same anchor).
 Only the text decides, not the column c sits in: a text that is one row's positive and another row's hard negative
 is masked in both columns for every row whose group has it as a positive.
+
+With `false_negatives: guide` a frozen guide encoder decides instead, as sentence-transformers' GISTEmbedLoss does:
+each text view is named by the guide's unit embedding, and a candidate c (never row i's own target t_i) leaves row
+i's denominator when the guide scores it closer to i's anchor than i's own positive, less a margin:
+- absolute: g(a_i, c) > g(a_i, t_i) - margin
+- relative: g(a_i, c) > g(a_i, t_i) - |g(a_i, t_i)| * margin
+where g is the guide's cosine. The same layout functions below build either mask: their arguments are (rows,) text
+groups, or (rows, guide dim) guide embeddings together with a `GuideMargin`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 #: values of the `false_negatives` setting
-FALSE_NEGATIVE_MODES = ("keep", "mask")
+FALSE_NEGATIVE_MODES = ("keep", "mask", "guide")
+#: how `guide_margin` lowers the guide's threshold (sentence-transformers' GISTEmbedLoss `margin_strategy`)
+GUIDE_MARGIN_STRATEGIES = ("absolute", "relative")
+
+
+@dataclass(frozen=True)
+class GuideMargin:
+    """`false_negatives: guide`'s rule: how far below a row's own positive score a candidate's guide score may be
+    and still be taken for a false negative."""
+
+    margin: float = 0.0
+    strategy: str = "absolute"
+
+    def __post_init__(self) -> None:
+        if self.strategy not in GUIDE_MARGIN_STRATEGIES:
+            raise ValueError(
+                f"guide_margin_strategy '{self.strategy}': use one of {', '.join(GUIDE_MARGIN_STRATEGIES)}."
+            )
+
+    def threshold(self, positive: torch.Tensor) -> torch.Tensor:
+        """The guide score above which a candidate is a false negative, from the row's positive score."""
+        if self.strategy == "absolute":
+            return positive - self.margin
+        return positive - positive.abs() * self.margin
+
+
+def guided_mask(
+    anchors: torch.Tensor, candidates: torch.Tensor, targets: torch.Tensor, rule: GuideMargin
+) -> torch.Tensor:
+    """(rows, candidates) bool, True where the guide scores a candidate above `rule.threshold` of the row's own
+    positive score (the module docstring); the target column never. `anchors` (rows, d) and `candidates`
+    (candidates, d) are unit-length guide embeddings; the scores are computed in fp32."""
+    scores = anchors.float() @ candidates.float().T
+    positive = scores.gather(1, targets[:, None])  # from the same matrix: a duplicate of the positive ties exactly
+    columns = torch.arange(len(candidates), device=candidates.device)
+    return (scores > rule.threshold(positive)) & (columns[None, :] != targets[:, None])
 
 
 def text_groups(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -36,7 +81,11 @@ def text_groups(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.
 
 
 def false_negative_mask(
-    anchors: torch.Tensor, positives: torch.Tensor, candidates: torch.Tensor, targets: torch.Tensor
+    anchors: torch.Tensor,
+    positives: torch.Tensor,
+    candidates: torch.Tensor,
+    targets: torch.Tensor,
+    guide: GuideMargin | None = None,
 ) -> torch.Tensor:
     """(rows, candidates) bool, True where a candidate is a false negative of the row (see the module docstring).
 
@@ -45,7 +94,11 @@ def false_negative_mask(
             batch, since another row with the same anchor adds to a row's positives.
         candidates: (candidates,) text groups of the similarity matrix's columns, whatever their role.
         targets: (rows,) each row's positive column, never masked.
+        guide: with `false_negatives: guide`, the margin rule; anchors, positives and candidates are then the
+            guide's (rows, d) embeddings, and `positives` is not needed (the target column gives the positive).
     """
+    if guide is not None:
+        return guided_mask(anchors, candidates, targets, guide)
     same_anchor = anchors[:, None] == anchors[None, :]  # (rows, rows): rows of one group
     positive_text = positives[:, None] == candidates[None, :]  # (rows, candidates): the candidate is row m's positive
     # a candidate is a positive of row i's group when some row m of the group has it as its positive; a 0/1 matmul
@@ -69,19 +122,23 @@ def count_masked(exclude: torch.Tensor | None) -> torch.Tensor:
 
 
 def info_nce_mask(
-    anchors: torch.Tensor, positives: torch.Tensor, hard_negatives: torch.Tensor | None = None
+    anchors: torch.Tensor,
+    positives: torch.Tensor,
+    hard_negatives: torch.Tensor | None = None,
+    guide: GuideMargin | None = None,
 ) -> torch.Tensor:
     """The mask for SimCSE's InfoNCE: rows are anchors, columns the positives [then the hard negatives], row i's
-    target column i. Arguments are (rows,) text groups; a hard-negative column is masked exactly as a positive
-    column with the same text would be."""
+    target column i. Arguments are (rows,) text groups (or guide embeddings with `guide`); a hard-negative column is
+    masked exactly as a positive column with the same text would be."""
     candidates = positives if hard_negatives is None else torch.cat([positives, hard_negatives])
     targets = torch.arange(len(anchors), device=anchors.device)
-    return false_negative_mask(anchors, positives, candidates, targets)
+    return false_negative_mask(anchors, positives, candidates, targets, guide)
 
 
-def nt_xent_mask(groups: torch.Tensor) -> torch.Tensor:
+def nt_xent_mask(groups: torch.Tensor, guide: GuideMargin | None = None) -> torch.Tensor:
     """The (2N, 2N) mask for NT-Xent over [z1; z2] where both views of example i come from the text of group
-    `groups[i]` (N,): every view of a duplicate sentence leaves the denominator."""
+    `groups[i]` (N,) (or guide embedding, (N, d) with `guide`): every view of a duplicate sentence leaves the
+    denominator."""
     both = torch.cat([groups, groups])
     targets = torch.arange(len(both), device=groups.device).roll(len(groups))
-    return false_negative_mask(both, both, both, targets)
+    return false_negative_mask(both, both, both, targets, guide)

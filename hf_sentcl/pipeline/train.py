@@ -37,6 +37,7 @@ from hf_sentcl.recipe.checks import checked
 from hf_sentcl.recipe.metadata import run_metadata
 from hf_sentcl.recipe.parallelism import describe_parallelism, effective_parallelism
 from hf_sentcl.recipe.parser import Recipe
+from hf_sentcl.trainers.guide import Guide
 
 logger = logging.getLogger("hf_sentcl")
 
@@ -200,6 +201,8 @@ def build_stage(recipe: Recipe) -> Stage:
     plugin = getattr(args, "deepspeed_plugin", None)
     with without_zero3_init(None if plugin is None or plugin.zero3_init_flag else plugin):
         encoder = build_encoder(recipe)
+    with without_zero3_init(plugin):  # a frozen helper: whole on every process, never partitioned
+        guide = Guide.load(args.guide_model, encoder.tokenizer, args.device) if args.guide_model else None
     with args.main_process_first(desc="tokenising training data"):
         train_data = build_train_data(recipe, encoder.tokenizer)
     train_dataset, num_views, collator = train_data.dataset, train_data.num_views, train_data.collator
@@ -221,6 +224,7 @@ def build_stage(recipe: Recipe) -> Stage:
         processing_class=encoder.tokenizer,
         dev_evaluator=dev_evaluator,
         eval_bf16=eval_mixed_precision(recipe.data, args),
+        guide=guide,
     )
     return Stage(recipe, encoder, trainer, suites, dev_evaluator, data_dir, len(train_dataset), num_views,
                  data_cleaning=train_data.data_cleaning)

@@ -95,8 +95,9 @@ def check_stage_plugins(recipe: Recipe, stages: list[Recipe]) -> None:
 
 
 def check_backbone(recipe: Recipe) -> None:
-    """The backbone exists (local folder with config.json and weights, or a Hub id), read from its config.json
-    only; max_seq_length fits its position embeddings; a tokenizer_name that is a path exists."""
+    """The backbone (and the guide model of `false_negatives: guide`) exists (local folder with config.json and
+    weights, or a Hub id), read from its config.json only; max_seq_length fits its position embeddings; a
+    tokenizer_name that is a path exists."""
     try:
         config = backbone_config(recipe.model.model_name_or_path)
     except BackboneError as err:
@@ -110,6 +111,11 @@ def check_backbone(recipe: Recipe) -> None:
     tokenizer = recipe.model.tokenizer_name
     if tokenizer and tokenizer.startswith((".", "/", "~")) and not Path(tokenizer).expanduser().is_dir():
         raise RecipeError(f"{recipe.source}: key 'tokenizer_name': no folder '{Path(tokenizer).expanduser()}'.")
+    if recipe.training.guide_model:  # false_negatives: guide's model, looked for as the backbone is
+        try:
+            backbone_config(recipe.training.guide_model, "guide_model")
+        except BackboneError as err:
+            raise RecipeError(f"{recipe.source}: {err}") from None
 
 
 def check_train_text(recipe: Recipe, global_batch: int) -> None:

@@ -63,13 +63,14 @@ from hf_sentcl.common.distributed import (
 from hf_sentcl.common.preemption import current_watch
 from hf_sentcl.evaluation.alignment import sts_alignment_uniformity
 from hf_sentcl.evaluation.sts import STSEvaluator
-from hf_sentcl.losses.false_negatives import text_groups
+from hf_sentcl.losses.false_negatives import GuideMargin, text_groups
 from hf_sentcl.losses.matryoshka import LossFn, check_matryoshka, matryoshka_loss
 from hf_sentcl.modeling.encoder import evaluating_in_training
 from hf_sentcl.modeling.fast_dropout import use_fast_dropout
 from hf_sentcl.modeling.health import CHECKPOINT_COMPLETE, NonFiniteLossFlag, TrainingFailure
 from hf_sentcl.trainers.cached import cached_training_step
 from hf_sentcl.trainers.callbacks import OnTrainBegin, PreemptionCallback, StepsRunCallback, TrainingCostCallback
+from hf_sentcl.trainers.guide import Guide
 from hf_sentcl.trainers.length_buckets import forward_in_length_buckets
 from hf_sentcl.trainers.master_weights import master_state_dict, restore_master_weights, weights_snapshot
 
@@ -301,7 +302,10 @@ class ContrastiveTrainer(Trainer):
     #: whether `mini_batch_size` may be used; None = only if the method keeps `compute_loss` as it is here
     supports_cached_step: bool | None = None
 
-    def __init__(self, *args, dev_evaluator: STSEvaluator | None = None, eval_bf16: bool | None = None, **kwargs):
+    def __init__(
+        self, *args, dev_evaluator: STSEvaluator | None = None, eval_bf16: bool | None = None,
+        guide: Guide | None = None, **kwargs,
+    ):
         super().__init__(*args, **kwargs)
         # dev evaluation precision: as the final evaluation's (None: mixed when training is mixed)
         self.eval_bf16 = bool(self.args.bf16 or self.args.fp16) if eval_bf16 is None else eval_bf16
@@ -339,6 +343,18 @@ class ContrastiveTrainer(Trainer):
         self.check_length_buckets(self.args)
         self.check_plugins(self.args, self.model.config)
         check_matryoshka(self.args.matryoshka_dims, self.args.matryoshka_weights, self.model.config.hidden_size)
+        self.guide, self.guide_rule = self.load_guide(guide)
+
+    def load_guide(self, guide: Guide | None) -> tuple[Guide | None, GuideMargin | None]:
+        """With `false_negatives: guide`: the guide encoder (the one given, else `guide_model` loaded on the training
+        device) and its margin rule; (None, None) otherwise."""
+        args = self.args
+        if args.false_negatives != "guide":
+            return None, None
+        if guide is None:
+            tokenizer = self.processing_class or self.model.tokenizer
+            guide = Guide.load(args.guide_model, tokenizer, args.device)
+        return guide, GuideMargin(args.guide_margin, args.guide_margin_strategy)
 
     @classmethod
     def check_cached_step(cls, args) -> None:
@@ -444,24 +460,31 @@ class ContrastiveTrainer(Trainer):
         self, views: torch.Tensor, groups: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Loss from the gathered (num_views, global_batch, dim) embeddings, plus named components to log. `groups`
-        (`text_groups`) names each text view's text when duplicates are masked (`false_negatives: mask`)."""
+        (`candidate_identities`) names each text view for the false-negative mask (`false_negatives: mask|guide`);
+        pass `guide=self.guide_rule` to the mask functions with it."""
         raise NotImplementedError(f"{type(self).__name__} must implement contrastive_loss(views, groups).")
 
     def identity_tokens(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """The token ids, (batch, text views, length), and attention mask that name each text view's text for
-        `false_negatives: mask`. CLEAR names a sentence by its text before augmentation."""
+        `false_negatives: mask|guide`. CLEAR names a sentence by its text before augmentation."""
         return inputs["input_ids"], inputs["attention_mask"]
 
-    def text_groups(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor | None:
-        """(text views, global batch) integers, equal exactly where two texts have the same token ids, over every
-        process's batch in the order of the gathered embeddings; None unless `false_negatives: mask`."""
-        if self.args.false_negatives != "mask":
+    def candidate_identities(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor | None:
+        """What names each text view for the false-negative mask, over every process's batch in the order of the
+        gathered embeddings, text views first: (text views, global batch) integers equal exactly where two texts have
+        the same token ids (`false_negatives: mask`), or (text views, global batch, guide dim) unit-length guide
+        embeddings (`false_negatives: guide`); None with `keep`."""
+        mode = self.args.false_negatives
+        if mode == "keep":
             return None
         ids, mask = self.identity_tokens(inputs)
+        rows, views, length = ids.shape
+        if mode == "guide":
+            embedded = self.guide.embed(ids.reshape(rows * views, length), mask.reshape(rows * views, length))
+            return gather_padded(embedded.view(rows, views, -1)).transpose(0, 1)
         tokens = gather_padded(torch.where(mask.bool(), ids + 1, 0))  # 0 = padding, whatever its id and side
-        rows, views, length = tokens.shape
-        flat = tokens.reshape(rows * views, length)
-        return text_groups(flat, flat > 0).view(rows, views).T
+        flat = tokens.reshape(-1, tokens.shape[-1])
+        return text_groups(flat, flat > 0).view(-1, views).T
 
     def record_masked(self, exclude: torch.Tensor | None) -> torch.Tensor | None:
         """Log how many (row, candidate) pairs `exclude` takes out of the loss (`masked_pairs`), and return it."""
@@ -483,7 +506,7 @@ class ContrastiveTrainer(Trainer):
         """The loss of the whole local batch from its (num_views, batch, dim) embeddings, ready for backward, and the
         outputs `compute_loss` returns. Runs once per step, in the plain and in the cached step."""
         gathered = gather_with_grad(views, dim=1)
-        groups = self.text_groups(inputs)
+        groups = self.candidate_identities(inputs)
         loss, components = self.embedding_loss(lambda vectors: self.contrastive_loss(vectors, groups), gathered)
         self.record_metrics(components)
         # Every process computes the full loss but back-propagates through its own slice only; DDP then

@@ -238,7 +238,7 @@ class CLEARTrainer(TrainingHeadsMixin, ContrastiveTrainer):
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """NT-Xent over the 2N gathered projections (with the IFM/BYOP margin when `perturbation` is set), summed
         over the 2N views (Eq. 2) or averaged, as `cl_reduction` says."""
-        exclude = None if groups is None else self.record_masked(nt_xent_mask(groups[0]))
+        exclude = None if groups is None else self.record_masked(nt_xent_mask(groups[0], self.guide_rule))
         loss = nt_xent(
             views[0], views[1], self.args.temperature, reduction=self.args.cl_reduction, exclude=exclude,
             **self.args.margin_loss_kwargs(),

@@ -83,7 +83,7 @@ class ConSERTTrainer(TrainingHeadsMixin, ContrastiveTrainer):
     def check_plugins(cls, args, model_settings) -> None:
         """Supervised mode trains the NLI classifier alone: no in-batch loss for the plug-ins to act on."""
         if getattr(args, "supervised_mode", None) == "sup":
-            plugins = {"false_negatives": args.false_negatives == "mask", "matryoshka_dims": args.matryoshka_dims}
+            plugins = {"false_negatives": args.false_negatives != "keep", "matryoshka_dims": args.matryoshka_dims}
             for key, on in plugins.items():
                 if on:
                     raise ValueError(
@@ -147,7 +147,7 @@ class ConSERTTrainer(TrainingHeadsMixin, ContrastiveTrainer):
         """NT-Xent between the first half of the views (T1 of every text) and the second (T2); alpha-weighted in
         joint training."""
         half = views.shape[0] // 2
-        exclude = None if groups is None else self.record_masked(nt_xent_mask(groups.flatten()))
+        exclude = None if groups is None else self.record_masked(nt_xent_mask(groups.flatten(0, 1), self.guide_rule))
         loss = nt_xent(
             views[:half].flatten(0, 1), views[half:].flatten(0, 1), self.args.temperature, exclude=exclude,
             **self.args.margin_loss_kwargs(),
@@ -236,7 +236,7 @@ class ConSERTTrainer(TrainingHeadsMixin, ContrastiveTrainer):
 #: the recipe keys of the plug-ins that act on an in-batch contrastive loss (`matryoshka_dims`, `false_negatives`,
 #: the IFM/BYOP margin), switched off (their defaults) in a chained mode's `sup` stage: see `plugins_for_stage`
 IN_BATCH_PLUGIN_KEYS = (
-    "matryoshka_dims", "matryoshka_weights", "false_negatives",
+    "matryoshka_dims", "matryoshka_weights", "false_negatives", "guide_model", "guide_margin", "guide_margin_strategy",
     "perturbation", "margin", "margin_type", "detach_margin", "multi_task",
 )
 

@@ -46,12 +46,15 @@ from hf_sentcl.trainers.heads import TrainingHeadsMixin, check_raw_cls_encoder, 
 HEAD_NAME = "self_guided_head"
 HEAD_FILE = "self_guided_head.safetensors"
 OBJECTIVES = {"sg": sg_loss, "opt1": sg_opt1_loss, "opt2": sg_opt2_loss, "sg-opt": sg_opt_loss}
-#: each objective's false-negative mask from the sentences' text groups (b,), in its candidate layout
+#: each objective's false-negative mask from the sentences' text groups (b,) or guide embeddings (b, d) and the guide
+#: rule, in its candidate layout
 OBJECTIVE_MASKS = {
     "sg": nt_xent_mask,  # [c; h] x [c; h]
-    "opt1": lambda g: false_negative_mask(g, g, torch.cat([g, g]), torch.arange(len(g), device=g.device)),  # [h, c]
-    "opt2": lambda g: info_nce_mask(g, g),
-    "sg-opt": lambda g: info_nce_mask(g, g),  # sentences m, every view of each
+    "opt1": lambda g, guide: false_negative_mask(  # [h, c]
+        g, g, torch.cat([g, g]), torch.arange(len(g), device=g.device), guide
+    ),
+    "opt2": lambda g, guide: info_nce_mask(g, g, guide=guide),
+    "sg-opt": lambda g, guide: info_nce_mask(g, g, guide=guide),  # sentences m, every view of each
 }
 VIEW_POOLERS = {"max": masked_max, "mean": masked_mean}
 
@@ -195,7 +198,10 @@ class SelfGuidedTrainer(TrainingHeadsMixin, ContrastiveTrainer):
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The objective on the gathered, projected vectors stacked as (b, 1 + h views, d): c first, then h."""
         c, h = views[:, 0], views[:, 1:]
-        exclude = None if groups is None else self.record_masked(OBJECTIVE_MASKS[self.args.objective](groups[0]))
+        if groups is not None:
+            exclude = self.record_masked(OBJECTIVE_MASKS[self.args.objective](groups[0], self.guide_rule))
+        else:
+            exclude = None
         h = h if self.args.objective == "sg-opt" else h[:, 0]
         return OBJECTIVES[self.args.objective](c, h, self.args.temperature, exclude), {}
 
@@ -208,7 +214,7 @@ class SelfGuidedTrainer(TrainingHeadsMixin, ContrastiveTrainer):
             h = h[torch.arange(h.shape[0], device=h.device), choice][:, None]
         c_projected = gather_with_grad(self.project(c), dim=0)
         h_projected = gather_with_grad(self.project(h), dim=0)
-        groups = self.text_groups(inputs)
+        groups = self.candidate_identities(inputs)
         vectors = torch.cat([c_projected[:, None], h_projected], dim=1)
         contrastive, parts = self.embedding_loss(lambda v: self.contrastive_loss(v, groups), vectors)
         self.record_metrics(parts)

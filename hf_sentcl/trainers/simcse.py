@@ -17,7 +17,7 @@ class SimCSETrainer(ContrastiveTrainer):
     def contrastive_loss(
         self, views: torch.Tensor, groups: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        exclude = None if groups is None else self.record_masked(info_nce_mask(groups[0], groups[0]))
+        exclude = None if groups is None else self.record_masked(info_nce_mask(groups[0], groups[0], guide=self.guide_rule))
         # perturbation unset -> exactly info_nce
         loss = margin_info_nce(
             views[0], views[1], self.args.temperature, exclude=exclude, **self.args.margin_loss_kwargs()
@@ -36,7 +36,7 @@ class SupervisedSimCSETrainer(ContrastiveTrainer):
         hard = views[2] if views.shape[0] > 2 else None
         exclude = None
         if groups is not None:  # anchors, positives[, hard negatives]
-            exclude = self.record_masked(info_nce_mask(*groups))
+            exclude = self.record_masked(info_nce_mask(*groups, guide=self.guide_rule))
         loss = margin_info_nce(
             views[0], views[1], self.args.temperature, hard_negatives=hard,
             hard_negative_weight=self.args.hard_negative_weight, exclude=exclude, **self.args.margin_loss_kwargs(),

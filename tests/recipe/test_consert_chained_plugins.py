@@ -22,10 +22,12 @@ from hf_sentcl.trainers.consert import ConSERTTrainer, consert_stages
 PLUGINS = {
     "matryoshka_dims": {"matryoshka_dims": [32, 16], "matryoshka_weights": [1.0, 0.5]},
     "false_negatives": {"false_negatives": "mask"},
+    "guide": {"false_negatives": "guide", "guide_model": "embedded:all-MiniLM-L6-v2", "guide_margin": 0.1,
+              "guide_margin_strategy": "relative"},
     "perturbation": {"perturbation": "p+n-", "margin": 0.05},
 }
 OFF = {"matryoshka_dims": None, "matryoshka_weights": None, "false_negatives": "keep", "perturbation": None,
-       "margin": 0.0}
+       "margin": 0.0, "guide_model": None, "guide_margin": 0.0, "guide_margin_strategy": "absolute"}
 
 
 def chained_recipe(tmp_path, files, model_dir, data_dir, mode, **values):

@@ -1,6 +1,7 @@
 """Cross-process in-batch negatives: 2 gloo processes reproduce the 1-process loss and (after DDP's averaging)
 its gradients, through `gather_with_grad` + `scale_gradient` and through `ContrastiveTrainer.compute_loss`."""
 
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -10,6 +11,7 @@ import torch.multiprocessing as mp
 
 from hf_sentcl.common.distributed import gather_with_grad, mean_over_processes, world_size
 from hf_sentcl.losses import info_nce
+from hf_sentcl.losses.false_negatives import GuideMargin
 from hf_sentcl.trainers.base import ContrastiveTrainer, scale_gradient
 from hf_sentcl.trainers.simcse import SupervisedSimCSETrainer
 
@@ -58,6 +60,8 @@ class StubSupervisedTrainer(SupervisedSimCSETrainer):
         self.args = SimpleNamespace(temperature=TEMPERATURE, hard_negative_weight=HARD_WEIGHT,
                                     margin_loss_kwargs=lambda: {"perturbation": None},
                                     false_negatives=false_negatives, matryoshka_dims=None)
+        guided = false_negatives == "guide"
+        self.guide, self.guide_rule = (HandGuide(), GuideMargin(GUIDE_MARGIN)) if guided else (None, None)
 
     def embed_views(self, model, inputs):
         return self.views
@@ -107,7 +111,14 @@ def _worker(rank, init_file, out_dir):
         loss.backward()
         results["trainer_sup_masked"] = (loss.detach(), z1.grad.clone(), z2.grad.clone(), z3.grad.clone())
 
-        # (6) logged loss components are averaged over processes
+        # (6) the same with `false_negatives: guide`: each process embeds its own rows with the (hand-made) guide;
+        # the gathered guide embeddings must line up with the gathered embeddings
+        z1, z2, z3 = local_leaves(rank)
+        loss = StubSupervisedTrainer(z1, z2, z3, false_negatives="guide").compute_loss(model=None, inputs=inputs)
+        loss.backward()
+        results["trainer_sup_guided"] = (loss.detach(), z1.grad.clone(), z2.grad.clone(), z3.grad.clone())
+
+        # (7) logged loss components are averaged over processes
         results["mean"] = mean_over_processes(torch.tensor(float(rank + 1)))
         torch.save(results, f"{out_dir}/rank{rank}.pt")
     finally:
@@ -123,6 +134,37 @@ TRIPLETS = [
     ("rain falls", "someone rests", "it is dry"),  # row 0's entailment again
     ("birds fly", "animals move", "children play"),  # contradiction = row 1's entailment
 ]
+
+
+#: the guide's hand-made embedding of each text: a unit vector in a plane at the angle given here, so every guide
+#: cosine is known (`hand_guided_mask`)
+GUIDE_ANGLES = {text: 0.45 * k for k, text in enumerate(sorted({t for triplet in TRIPLETS for t in triplet}))}
+GUIDE_MARGIN = 0.1
+
+
+def text_of(ids_row):
+    words = sorted({w for t in TRIPLETS for text in t for w in text.split()})
+    return " ".join(words[i - 1] for i in ids_row.tolist() if i > 0)
+
+
+class HandGuide:
+    """A guide whose embedding of a text is the unit vector at GUIDE_ANGLES[text]."""
+
+    def embed(self, input_ids, attention_mask):
+        angles = torch.tensor([GUIDE_ANGLES[text_of(row * mask)] for row, mask in zip(input_ids, attention_mask)])
+        return torch.stack([angles.cos(), angles.sin()], dim=1)
+
+
+def hand_guided_mask():
+    """The guided rule on the strings' angles, columns [entailments, contradictions], cell by cell."""
+    n = len(TRIPLETS)
+    columns = [e for _, e, _ in TRIPLETS] + [c for _, _, c in TRIPLETS]
+    mask = torch.zeros(n, 2 * n, dtype=torch.bool)
+    for i, (p, e, _) in enumerate(TRIPLETS):
+        threshold = math.cos(GUIDE_ANGLES[p] - GUIDE_ANGLES[e]) - GUIDE_MARGIN
+        for j, text in enumerate(columns):
+            mask[i, j] = j != i and math.cos(GUIDE_ANGLES[p] - GUIDE_ANGLES[text]) > threshold
+    return mask
 
 
 def token_batch(triplets, width):
@@ -152,6 +194,8 @@ def reference(kind):
     z1, z2, z3 = [z.clone().requires_grad_() for z in full_batch()]
     if kind == "sup_masked":
         loss = info_nce(z1, z2, TEMPERATURE, z3, HARD_WEIGHT, exclude=hand_mask())
+    elif kind == "sup_guided":
+        loss = info_nce(z1, z2, TEMPERATURE, z3, HARD_WEIGHT, exclude=hand_guided_mask())
     elif kind == "sup":
         loss = info_nce(z1, z2, TEMPERATURE, z3, HARD_WEIGHT)
     else:
@@ -175,7 +219,16 @@ def test_world_size_seen_by_workers(two_process_results):
 
 
 def expected_kind(kind):
-    return {"sup": "sup", "trainer_sup": "sup", "trainer_sup_masked": "sup_masked"}.get(kind, "unsup")
+    return {"sup": "sup", "trainer_sup": "sup", "trainer_sup_masked": "sup_masked",
+            "trainer_sup_guided": "sup_guided"}.get(kind, "unsup")
+
+
+def test_hand_guided_mask_is_neither_empty_nor_the_duplicate_mask():
+    """The guided comparison can fail: the guide drops some candidates, not the same as the text mask, and dropping
+    them changes the loss."""
+    guided = hand_guided_mask()
+    assert 0 < guided.sum() < guided.numel() - len(guided) and not torch.equal(guided, hand_mask())
+    assert (reference("sup_guided")[0] - reference("sup")[0]).abs() > 1e-3
 
 
 def test_hand_mask_is_not_empty():
@@ -184,7 +237,9 @@ def test_hand_mask_is_not_empty():
     assert (reference("sup_masked")[0] - reference("sup")[0]).abs() > 1e-3
 
 
-@pytest.mark.parametrize("kind", ["unsup", "sup", "trainer", "trainer_sup", "trainer_sup_masked"])
+@pytest.mark.parametrize(
+    "kind", ["unsup", "sup", "trainer", "trainer_sup", "trainer_sup_masked", "trainer_sup_guided"]
+)
 def test_gathered_loss_equals_single_process_loss(two_process_results, kind):
     """Every process computes the loss of the whole global batch."""
     expected, _ = reference(expected_kind(kind))
@@ -192,7 +247,9 @@ def test_gathered_loss_equals_single_process_loss(two_process_results, kind):
         torch.testing.assert_close(result[kind][0], expected, rtol=0, atol=1e-6)
 
 
-@pytest.mark.parametrize("kind", ["unsup", "sup", "trainer", "trainer_sup", "trainer_sup_masked"])
+@pytest.mark.parametrize(
+    "kind", ["unsup", "sup", "trainer", "trainer_sup", "trainer_sup_masked", "trainer_sup_guided"]
+)
 def test_averaged_gradients_equal_single_process_gradients(two_process_results, kind):
     """grad on a process's own slice / world_size (what DDP's averaging produces for the parameters that made
     the slice) equals the 1-process gradient w.r.t. that slice, for every view."""
