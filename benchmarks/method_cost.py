@@ -50,6 +50,8 @@ BASELINE = "simcse"
 #: SimCSE with a plug-in, measured only when --methods names them
 PLUGINS: dict[str, tuple[str, dict]] = {
     "simcse+mask": ("quickstart.yaml", {"false_negatives": "mask"}),
+    # the guide (all-MiniLM-L6-v2, mean-pooled) embeds the batch's sentences once per step, without gradient
+    "simcse+guide": ("quickstart.yaml", {"false_negatives": "guide", "guide_model": "embedded:all-MiniLM-L6-v2"}),
     "simcse+matryoshka": ("quickstart.yaml", {"matryoshka_dims": [384, 256, 128, 64]}),
 }
 
