@@ -2,7 +2,7 @@
 by hand to the guide's embeddings of the batch's texts (decoded and embedded independently, through the guide's
 own `encode`), in each method's candidate layout; training with it moves the weights. A guide with another
 vocabulary re-tokenises the texts. The rule itself, on hand-made cosines, is tested in
-tests/losses/test_guided_false_negatives.py."""
+tests/losses/test_guide_margin_rule.py."""
 
 from __future__ import annotations
 
