@@ -252,6 +252,8 @@ def _scan(path_text: str, mtime_ns: int, size: int, label: str) -> FileScan:
             f"{', '.join('.' + s for s in FILE_BUILDERS)}."
         )
     builder = FILE_BUILDERS[suffix]
+    if builder == "text":
+        return _scan_text(path, label)
     data = path.read_bytes()
     text, bad_bytes = _decode(data)
     ends = _LineEnds(data)
@@ -282,8 +284,6 @@ def _scan(path_text: str, mtime_ns: int, size: int, label: str) -> FileScan:
     if ends.returns:
         line_ends = (ends.returns, ends.line_at(data.index(b"\r")))
     common = {"invalid_utf8": invalid, "nul": nul, "line_ends": line_ends}
-    if builder == "text":
-        return _scan_lines(path, label, _split_lines(text, ends, nul_lines), **common)
     if builder == "json" and nul[0]:
         text = text.replace("\x00", "")
     if ends.returns > ends.crlf:  # `csv` reads CRLF itself, but a lone CR outside its count of lines
@@ -320,11 +320,100 @@ def _split_lines(text: str, ends: _LineEnds, nul_lines: np.ndarray) -> list[str]
     return lines
 
 
-def _scan_lines(path: Path, label: str, lines: list[str], **common) -> FileScan:
-    """A .txt file: one example per line."""
-    blank = _blanks(lines)
-    return _usable(FileScan(path, label, "text", len(lines), len(lines) - int(blank.sum()), ("text",),
-                            blank_cells=(blank,), blank_rows=blank, long_texts=_long_texts(lines, 0), **common))
+def _scan_text(path: Path, label: str) -> FileScan:
+    """A .txt file, one example per line, read in blocks of whole lines (`TEXT_BLOCK_BYTES`): a million-line corpus
+    is never held whole, so the scan's memory does not grow with the file (only one flag per line does). Blocks end
+    at a line end, which no multi-byte UTF-8 sequence contains, so each decodes as the whole file would."""
+    scan = _TextScan()
+    with path.open("rb") as handle:
+        carry = b""
+        while True:
+            block = handle.read(TEXT_BLOCK_BYTES)
+            data = carry + block
+            if not block:  # end of file: the last line, with or without its line end
+                if data:
+                    scan.add(data)
+                break
+            cut = max(data.rfind(b"\n"), data.rfind(b"\r"))
+            if cut == len(data) - 1 and data[cut] == 13:  # a CR that may start a CRLF split by the block end
+                cut = max(data.rfind(b"\n", 0, cut), data.rfind(b"\r", 0, cut))
+            if cut < 0:
+                carry = data
+                continue
+            scan.add(data[: cut + 1])
+            carry = data[cut + 1 :]
+    return scan.result(path, label)
+
+
+#: bytes read per block by the .txt scan (whole lines are scanned together; a longer line is read whole)
+TEXT_BLOCK_BYTES = 8 * 2**20
+
+
+@dataclass
+class _TextScan:
+    """The running totals of `_scan_text` over blocks of whole lines."""
+
+    lines: int = 0
+    has_text: bool = False
+    bad_lines: list[np.ndarray] = field(default_factory=list)
+    first_bad: tuple[int, int] | None = None  # (1-based line, the byte)
+    nul_lines: int = 0
+    first_nul: int = 0
+    returns: int = 0
+    first_return: int = 0
+    blanks: list[np.ndarray] = field(default_factory=list)
+    long_texts: list[tuple[int, int, int, bool]] = field(default_factory=list)
+
+    def add(self, data: bytes) -> None:
+        """Scan one block of whole lines (the last may lack its line end)."""
+        text, bad_bytes = _decode(data)
+        ends = _LineEnds(data)
+        if bad_bytes:
+            bad = np.unique(ends.line_of(bad_bytes))
+            self.bad_lines.append(bad + self.lines)
+            if self.first_bad is None:
+                self.first_bad = (self.lines + int(bad[0]) + 1, data[bad_bytes[0]])
+        self.has_text = self.has_text or not (not text or text.isspace())
+        nul_lines = np.zeros(0, dtype=np.int64)
+        if "\x00" in text:
+            nul_lines = np.unique(ends.line_of(np.flatnonzero(np.frombuffer(data, np.uint8) == 0)))
+            if not self.nul_lines:
+                self.first_nul = self.lines + int(nul_lines[0]) + 1
+            self.nul_lines += len(nul_lines)
+        if ends.returns:
+            if not self.returns:
+                self.first_return = self.lines + ends.line_at(data.index(b"\r"))
+            self.returns += ends.returns
+        lines = _split_lines(text, ends, nul_lines)
+        self.blanks.append(_blanks(lines))
+        self.long_texts += [(row + self.lines, *rest) for row, *rest in _long_texts(lines, 0)]
+        self.lines += len(lines)
+
+    def result(self, path: Path, label: str) -> FileScan:
+        """The `FileScan`, or ValueError when the file is not UTF-8 or holds no text (as `_scan` words them)."""
+        invalid = (0, 0)
+        if self.first_bad is not None:
+            bad = sum(map(len, self.bad_lines))
+            line, byte = self.first_bad
+            if bad > MAX_INVALID_UTF8_FRACTION * self.lines:
+                raise ValueError(
+                    f"{label} '{path}' is not UTF-8 text: line {line} has the byte {byte:#04x}, which is not valid "
+                    f"UTF-8 ({bad:,} of {self.lines:,} lines have invalid bytes: more than "
+                    f"{MAX_INVALID_UTF8_FRACTION:.0%}, so the file is in another encoding). Convert the file to UTF-8 "
+                    "(e.g. `iconv -f latin1 -t utf-8`)."
+                )
+            invalid = (bad, line)
+        if not self.has_text:
+            state = "empty" if not self.lines else "blank lines only"
+            raise ValueError(
+                f"{label} '{path}' has no usable training text ({state}); give a file with one example per line."
+            )
+        blank = np.concatenate(self.blanks)
+        return _usable(FileScan(
+            path, label, "text", self.lines, self.lines - int(blank.sum()), ("text",),
+            invalid_utf8=invalid, nul=(self.nul_lines, self.first_nul), line_ends=(self.returns, self.first_return),
+            blank_cells=(blank,), blank_rows=blank, long_texts=tuple(self.long_texts),
+        ))
 
 
 def _scan_table(path: Path, label: str, text: str, delimiter: str, **common) -> FileScan:

@@ -265,3 +265,36 @@ def test_a_clean_file_reports_zero_and_logs_nothing(tmp_path, caplog, sentences)
         csv.writer(f).writerows([("sent0", "sent1")] + list(zip(sentences[::2], sentences[1::2])))
     dataset, report = load_training_data(DataArguments(train_file=str(tmp_path / "pairs.csv")), ("sent0", "sent1"))
     assert len(dataset) == LINES // 2 and report.rows_kept == LINES // 2 and report.counts["blank_lines_dropped"] == 0
+
+
+# ------------------------------------------------------------------------------------------ block-wise reading
+def test_the_text_scan_reads_in_blocks_and_every_block_size_finds_the_same(tmp_path, monkeypatch, sentences):
+    """A .txt corpus is scanned in blocks of whole lines (a million-line file is never held whole): blocks that end
+    inside a line, between the CR and the LF of a CRLF, or inside a multi-byte character change no count, line
+    number or flag. Reference: one block holding the whole file."""
+    from hf_sentcl.data import checks
+
+    body = [s.encode() for s in sentences]  # 200 lines: one with invalid UTF-8 is under 1%
+    body[3] = b"caf\xc3\xa9 au lait"  # a two-byte character
+    body[7] = body[7][:4] + b"\xff" + body[7][4:]  # invalid UTF-8
+    body[11] = b"   "
+    body[13] = b"nul\x00inside"
+    body[17] = b"x" * (checks.MIN_TEXT_CHARS + 5)
+    data = b"\n".join(body[:80]) + b"\r\n" + b"\r\n".join(body[80:140]) + b"\r" + b"\r".join(body[140:]) + b"\r"
+    path = tmp_path / "mixed.txt"
+    path.write_bytes(data)
+
+    def scan(block_bytes):
+        monkeypatch.setattr(checks, "TEXT_BLOCK_BYTES", block_bytes)
+        checks._scan.cache_clear()
+        return checks.scan_data_file(path)
+
+    whole = scan(10 * len(data))
+    assert (whole.rows_read, whole.invalid_utf8, whole.nul) == (200, (1, 8), (1, 14))
+    assert whole.line_ends == (data.count(b"\r"), 80) and whole.usable == 199 and len(whole.long_texts) == 1
+    for size in (1, 2, 3, 5, 17, 64, 1000):
+        blocks = scan(size)
+        assert (blocks.rows_read, blocks.usable, blocks.invalid_utf8, blocks.nul, blocks.line_ends,
+                blocks.long_texts) == (whole.rows_read, whole.usable, whole.invalid_utf8, whole.nul,
+                                       whole.line_ends, whole.long_texts), size
+        assert (blocks.blank_rows == whole.blank_rows).all()

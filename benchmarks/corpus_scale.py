@@ -1,0 +1,130 @@
+"""Corpus scale: time to the first training step and peak memory for corpora of growing size, on a first run (empty
+`datasets` cache: read, scan, clean and tokenise the file) and on a rerun that hits the tokenisation cache.
+
+    HF_SENTCL_DATA=/path/to/senteval python benchmarks/corpus_scale.py --lines 10000,100000,1000000 \\
+        [--workdir /tmp/corpus_scale] [--recipe recipes/quickstart.yaml] [--output scale.json]
+
+Each corpus is built from the shared Wikipedia subset (`$HF_SENTCL_DATA/../wiki1m_subset.txt`), its sentences
+repeated in order with " (i)" appended to line i, so every line is distinct (as in SimCSE's own million-line file,
+where duplicates are rare). Every measurement runs in a fresh Python process, which builds the run as `hf_sentcl.run`
+does (`pipeline.train.build_stage`: the recipe's model, the whole corpus as training data) and trains one step;
+it reports the seconds from its start to the end of that first step, split into the phases before it, and its
+peak resident set (`ru_maxrss`), with the resident set once the model is loaded for reference. The first run of a
+corpus uses an empty `HF_DATASETS_CACHE`; the rerun keeps it. Figures depend on the machine: quote them with the
+CPU, and compare sizes within one sitting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def build_corpus(source: Path, lines: int, path: Path) -> Path:
+    """`lines` distinct lines: the source's sentences in order, repeated, line i ending with " (i)"."""
+    if path.is_file():
+        return path
+    sentences = [s.strip() for s in source.read_text(encoding="utf-8").splitlines() if s.strip()]
+    with path.open("w", encoding="utf-8") as out:
+        for i in range(lines):
+            out.write(f"{sentences[i % len(sentences)]} ({i})\n")
+    return path
+
+
+def child(recipe_path: str, train_file: str, output_dir: str) -> dict:
+    """In this process: build the run on `train_file` and train one step; phases in seconds since the start."""
+    started = time.perf_counter()
+    from hf_sentcl.pipeline import train as pipeline_train
+    from hf_sentcl.recipe.parser import parse_recipe
+
+    data_seconds = []
+    build_train_data = pipeline_train.build_train_data
+
+    def timed_build_train_data(*args, **kwargs):  # the data's share of the build: scan, load, clean, tokenise
+        start = time.perf_counter()
+        try:
+            return build_train_data(*args, **kwargs)
+        finally:
+            data_seconds.append(time.perf_counter() - start)
+
+    pipeline_train.build_train_data = timed_build_train_data
+
+    recipe = parse_recipe(
+        recipe_path, train_file=train_file, max_train_samples=None, max_steps=1, eval_strategy="no",
+        save_strategy="no", load_best_model_at_end=False, eval_before_training=False, output_dir=output_dir,
+        report_to="none", disable_tqdm=True, logging_steps=1,
+    )
+    imported = time.perf_counter() - started
+    stage = pipeline_train.build_stage(recipe)
+    built = time.perf_counter() - started
+    stage.trainer.train()
+    return {
+        "imports_and_recipe_s": round(imported, 2),
+        "build_s": round(built - imported, 2),  # model, corpus scan, loading, cleaning, tokenising, trainer
+        "data_s": round(sum(data_seconds), 2),  # of which the training data
+        "first_step_done_s": round(time.perf_counter() - started, 2),
+        "examples": stage.num_examples,
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+
+
+def measure(recipe: str, corpus: Path, cache: Path, output_dir: Path) -> dict:
+    env = {**os.environ, "HF_DATASETS_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
+    command = [sys.executable, __file__, "--child", recipe, str(corpus), str(output_dir)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False, cwd=REPO)
+    if done.returncode:
+        raise SystemExit(f"{corpus.name}: the run failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lines", default="10000,100000,1000000", help="Corpus sizes, comma-separated.")
+    parser.add_argument("--recipe", default=str(REPO / "recipes" / "quickstart.yaml"))
+    parser.add_argument("--workdir", default="/tmp/hf_sentcl_corpus_scale")
+    parser.add_argument("--output", default=None, help="Also write the measurements as JSON here.")
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(*args.child)))
+        return 0
+    from hf_sentcl.hub.download import resolve_data_dir
+
+    source = resolve_data_dir(None).parent / "wiki1m_subset.txt"
+    workdir = Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for lines in (int(n) for n in args.lines.split(",")):
+        corpus = build_corpus(source, lines, workdir / f"wiki_{lines}.txt")
+        cache = workdir / f"cache_{lines}"
+        shutil.rmtree(cache, ignore_errors=True)
+        first = measure(args.recipe, corpus, cache, workdir / "run")
+        rerun = measure(args.recipe, corpus, cache, workdir / "run")
+        rows.append({"lines": lines, "first": first, "rerun": rerun})
+        print(f"{lines:>9,} lines: first run {first['first_step_done_s']:.1f} s to the first step "
+              f"(data {first['data_s']:.1f} s), peak {first['peak_rss_mib']:,.0f} MiB; rerun "
+              f"{rerun['first_step_done_s']:.1f} s (data {rerun['data_s']:.1f} s), peak {rerun['peak_rss_mib']:,.0f} MiB",
+              flush=True)
+    print("\n| lines | first run: s to first step | of which data s | peak MiB | rerun: s to first step | of which data s "
+          "| peak MiB |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        f, g = r["first"], r["rerun"]
+        print(f"| {r['lines']:,} | {f['first_step_done_s']:.1f} | {f['data_s']:.1f} | {f['peak_rss_mib']:,.0f} | "
+              f"{g['first_step_done_s']:.1f} | {g['data_s']:.1f} | {g['peak_rss_mib']:,.0f} |")
+    if args.output:
+        Path(args.output).write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
