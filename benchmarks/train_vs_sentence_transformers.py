@@ -59,7 +59,10 @@ import numpy as np
 import torch
 from datasets import Dataset
 from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
-from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+from sentence_transformers.sentence_transformer.losses import (
+    CachedMultipleNegativesRankingLoss,
+    MultipleNegativesRankingLoss,
+)
 from sentence_transformers.sentence_transformer.training_args import SentenceTransformerTrainingArguments
 from transformers import set_seed
 from gemm_rate import gemm_rate, gemm_share, step_tokens
@@ -92,6 +95,8 @@ def hf_recipe(args: argparse.Namespace, bf16: bool, overrides: dict, output_dir:
         load_best_model_at_end=False, logging_steps=args.logging_steps, disable_tqdm=True, eval_tasks=[],
         use_cpu=args.device == "cpu",
     )
+    if args.mini_batch_size:  # the cached step: encode in mini-batches, back-propagate through cached gradients
+        settings["mini_batch_size"] = args.mini_batch_size
     return parse_recipe(None, **{**settings, **overrides})
 
 
@@ -101,7 +106,8 @@ def build_hf(args: argparse.Namespace, bf16: bool, overrides: dict, output_dir: 
 
 
 def build_st(args: argparse.Namespace, bf16: bool, sentences: list[str], output_dir: str):
-    """(trainer, model) of sentence-transformers: MultipleNegativesRankingLoss on (s, s) pairs."""
+    """(trainer, model) of sentence-transformers: MultipleNegativesRankingLoss (cached with --mini-batch-size) on
+    (s, s) pairs."""
     set_seed(args.seed)
     model = SentenceTransformer(resolve_model_name(args.model), device=args.device)
     model.max_seq_length = args.max_seq_length
@@ -112,9 +118,19 @@ def build_st(args: argparse.Namespace, bf16: bool, sentences: list[str], output_
     )
     trainer = SentenceTransformerTrainer(
         model=model, args=training_args, train_dataset=Dataset.from_dict({"anchor": sentences, "positive": sentences}),
-        loss=MultipleNegativesRankingLoss(model, scale=1 / args.temperature),
+        loss=st_loss(args, model),
     )
     return trainer, model
+
+
+def st_loss(args: argparse.Namespace, model: SentenceTransformer):
+    """MultipleNegativesRankingLoss, or with --mini-batch-size its GradCache form, CachedMultipleNegativesRankingLoss
+    (mini-batches of that many examples; its token budget `mini_batch_num_tokens` stays off, as hf_sentcl's cached
+    step splits by examples)."""
+    if args.mini_batch_size:
+        return CachedMultipleNegativesRankingLoss(model, scale=1 / args.temperature,
+                                                  mini_batch_size=args.mini_batch_size)
+    return MultipleNegativesRankingLoss(model, scale=1 / args.temperature)
 
 
 def check_like_with_like(hf_trainer, hf_encoder, st_trainer, st_model) -> dict[str, object]:
@@ -197,6 +213,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--learning-rate", type=float, default=3e-5)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--logging-steps", type=int, default=10, help="Loss logging interval, the same in both.")
+    parser.add_argument("--mini-batch-size", type=int, default=None,
+                        help="Compare the cached steps: hf_sentcl's `mini_batch_size` against sentence-transformers' "
+                        "CachedMultipleNegativesRankingLoss, both with mini-batches of this many examples.")
     parser.add_argument("--precisions", default="fp32,bf16", help="Comma-separated: fp32, bf16 (CPU autocast).")
     parser.add_argument("--rounds", type=int, default=3, help="Alternating rounds (hf, st, then st, hf, ...).")
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
@@ -302,7 +321,7 @@ def benchmark(args: argparse.Namespace, workdir: str) -> int:
                         f"{_fmt(result['train_examples_per_cpu_second'], 1)} per CPU-s (step "
                         f"{_fmt(result['train_step_seconds'], 3)} s, first {_fmt(result['first_step_seconds'], 1)} s, "
                         f"train() {result['train_seconds']:.1f} s), peak {_fmt(result['run_peak_mb'], 0)} MiB, "
-                        f"loss {result['train_loss']:.4f}")
+                        f"loss {result['train_loss']:.4f} (first logged {_fmt(result['first_logged_loss'], 4)})")
                 if evaluator is not None and key not in sts:
                     trained = SentenceTransformerEncoder(model, eval_max_len) if name == ST else QuietEncoder(model)
                     sts[key] = evaluator(trained, batch_size=args.eval_batch_size, bf16=False)
@@ -351,8 +370,8 @@ def summarize(args, runs: dict[str, list[dict]], sts: dict, names: list[str], sh
     print(f"\nMedians over {args.rounds} round(s); {args.threads} thread(s); batch {args.batch_size}, max_len "
           f"{args.max_seq_length}, {args.train_samples} sentences. Ratios are this row / sentence-transformers at the "
           "same precision; 'per CPU-s' divides by the process CPU time of the same steps.")
-    print("| configuration | pairs/s | pairs per CPU-s | first step s | train() s | peak MiB | STS avg | "
-          "x pairs/s | x pairs per CPU-s | x peak | STS - ST | GEMM share |\n|---|" + "---:|" * 11)
+    print("| configuration | pairs/s | pairs per CPU-s | first step s | train() s | peak MiB | first loss | STS avg | "
+          "x pairs/s | x pairs per CPU-s | x peak | STS - ST | GEMM share |\n|---|" + "---:|" * 12)
     ratios = {}
     for precision in args.precisions:
         base = summary[f"{ST} {precision}"]
@@ -371,7 +390,8 @@ def summarize(args, runs: dict[str, list[dict]], sts: dict, names: list[str], sh
             r = ratios[key]
             print(f"| {key} | {_fmt(row.get('train_examples_per_second'), 1)} | "
                   f"{_fmt(row.get('train_examples_per_cpu_second'), 1)} | {_fmt(row.get('first_step_seconds'), 1)} | "
-                  f"{_fmt(row.get('train_seconds'), 1)} | {_fmt(row.get('run_peak_mb'), 0)} | {_fmt(avg)} | "
+                  f"{_fmt(row.get('train_seconds'), 1)} | {_fmt(row.get('run_peak_mb'), 0)} | "
+                  f"{_fmt(row.get('first_logged_loss'), 4)} | {_fmt(avg)} | "
                   f"{_fmt(r['throughput_vs_st'])}x | {_fmt(r['cpu_throughput_vs_st'])}x | "
                   f"{_fmt(r['run_peak_vs_st'])}x | {_fmt(r['sts_avg_minus_st'])} | "
                   f"{_pct(shares.get(key, {}).get('real'))} |")

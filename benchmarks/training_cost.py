@@ -122,8 +122,9 @@ def train_measured(build: Callable[[], tuple[Trainer, object]], examples_per_ste
     start = time.perf_counter()
     output = trainer.train()
     seconds = time.perf_counter() - start
+    logged = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     result = {**cost.result(examples_per_step), "train_seconds": seconds, "train_loss": output.training_loss,
-              "steps": trainer.state.global_step}
+              "first_logged_loss": logged[0] if logged else None, "steps": trainer.state.global_step}
     return result, model
 
 

@@ -212,8 +212,8 @@ def test_cell_is_refused_before_work_naming_what_to_use(cell, data, tmp_path):
 FP32 = ("--precision", "fp32", "--dropout", "0", "--learning_rate", "2e-3", "--adam_epsilon", "1e-3",
         "--pad_to_multiple_of", "32", "--unpadded", "false", "--max_steps", "8", "--eval_steps", "8",
         "--save_steps", "8")
-FP32_CELLS = [("multi_cpu.yaml", "simcse_sup"), ("multi_cpu.yaml", "sg_opt"), ("multi_cpu.yaml", "consert_joint"),
-              ("multi_cpu.yaml", "byop"), ("deepspeed_zero2.yaml", "simcse_sup"),
+#: (CI time: ConSERT's 2-process equality is checked under ZeRO-2, the BYOP margin's in test_scaling.py's plug-ins)
+FP32_CELLS = [("multi_cpu.yaml", "simcse_sup"), ("multi_cpu.yaml", "sg_opt"), ("deepspeed_zero2.yaml", "simcse_sup"),
               ("deepspeed_zero2.yaml", "consert_joint"), ("deepspeed_zero3.yaml", "simcse_sup"),
               ("fsdp.yaml", "simcse_sup")]
 #: randomness beyond dropout, drawn by each process for its own rows (so other draws on 1 and 2 processes): ConSERT's

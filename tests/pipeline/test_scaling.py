@@ -140,9 +140,10 @@ def test_resume_trains_only_the_remaining_steps_from_the_checkpoints_weights(top
 
 # ------------------------------------------------------------------------------------------------ plug-ins
 #: issue 27's plug-ins on 2 processes: texts repeat across the processes' batches (masked through the gathered text
-#: groups) and the Matryoshka prefixes are taken of the gathered embeddings
+#: groups), the Matryoshka prefixes are taken of the gathered embeddings, and BYOP's margin shifts the gathered logits
 PLUGINS = {
-    "simcse": {"head": "none", "false_negatives": "mask", "matryoshka_dims": "[32, 16, 8]"},
+    "simcse": {"head": "none", "false_negatives": "mask", "matryoshka_dims": "[32, 16, 8]", "perturbation": "n-",
+               "margin": "0.05"},
     "sg_opt": {"method": "self_guided", "objective": "sg-opt", "projection_size": 16, "temperature": 0.1,
                "head": "none", "view_pooling": "max", "false_negatives": "mask"},
 }
