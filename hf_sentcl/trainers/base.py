@@ -481,7 +481,8 @@ class ContrastiveTrainer(Trainer):
         rows, views, length = ids.shape
         if mode == "guide":
             embedded = self.guide.embed(ids.reshape(rows * views, length), mask.reshape(rows * views, length))
-            return gather_padded(embedded.view(rows, views, -1)).transpose(0, 1)
+            # equal shapes on every process: a plain all-gather, no host read of lengths (the guide has no gradient)
+            return gather_with_grad(embedded.view(rows, views, -1), dim=0).transpose(0, 1)
         tokens = gather_padded(torch.where(mask.bool(), ids + 1, 0))  # 0 = padding, whatever its id and side
         flat = tokens.reshape(-1, tokens.shape[-1])
         return text_groups(flat, flat > 0).view(-1, views).T
