@@ -2,7 +2,8 @@
 drop (`DataCleaning`, reported in results.json under `train.data_cleaning`).
 
 One pass over the file's bytes (`scan_data_file`, cached per file version, so the check before the model loads and
-the loading itself read the file once) finds every defect; then each defect is either repaired or dropped, with a
+the loading itself read the file once; a .txt corpus is read in blocks of whole lines, never held whole) finds every
+defect; then each defect is either repaired or dropped, with a
 count, or refused with the file and the 1-based line named. A line is a physical line: `\\n`, `\\r\\n` or a lone `\\r`
 ends one (as Python's `open`, `datasets` and `pandas` read them). Per defect, and why:
 
