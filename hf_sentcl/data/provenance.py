@@ -8,11 +8,12 @@ a run on the file copies its `mteb_datasets` into results.json's `training_data`
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from hf_sentcl.evaluation.report import read_json, write_json
 
 #: the key that declares the MTEB datasets (task names -> splits) a training file was built from
 MTEB_DATASETS_KEY = "mteb_datasets"
@@ -33,21 +34,19 @@ def write_provenance(
 ) -> Path:
     """Write the sidecar of `train_file`: the MTEB datasets it was built from and free-form `details` (the tool, its
     inputs). Returns the sidecar's path."""
-    path = provenance_path(train_file)
     record = {MTEB_DATASETS_KEY: {task: list(splits) for task, splits in mteb_datasets.items()}, **details}
-    path.write_text(json.dumps(record, indent=2) + "\n")
-    return path
+    return write_json(provenance_path(train_file), record)
 
 
 def read_provenance(train_file: str | os.PathLike) -> dict[str, Any]:
-    """The sidecar of `train_file` as a dict, or {} when there is none. A sidecar that is not a JSON object raises
-    ValueError naming it (it would otherwise silently drop a declaration)."""
+    """The sidecar of `train_file` as a dict, or {} when there is none. A sidecar that is not JSON raises ValueError,
+    one that is not a JSON object TypeError, naming it (it would otherwise silently drop a declaration)."""
     path = provenance_path(train_file)
     if not path.is_file():
         return {}
     try:
-        record = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        record = read_json(path)
+    except ValueError as err:
         raise ValueError(f"{path}: not valid JSON ({err}); fix or delete this provenance file.") from err
     if not isinstance(record, dict):
         raise TypeError(f"{path}: expected a JSON object with '{MTEB_DATASETS_KEY}', found {type(record).__name__}.")

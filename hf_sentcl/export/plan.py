@@ -5,7 +5,6 @@ It lives beside the model (not in `hf_sentcl.export`) because both the export an
 
 from __future__ import annotations
 
-import logging
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -15,9 +14,6 @@ from hf_sentcl.modeling.encoder import SentenceEncoder
 from hf_sentcl.modeling.heads import MLPHead
 from hf_sentcl.modeling.pooling import Pooling
 from hf_sentcl.modeling.st_files import sentence_transformers_max_seq_length
-
-logger = logging.getLogger("hf_sentcl")
-
 
 
 class ExportError(ValueError):

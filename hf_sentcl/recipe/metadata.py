@@ -94,7 +94,9 @@ def training_data_summary(recipe: Recipe, num_examples: int | None, text_columns
         source, name = own_data.source_key, own_data.source.description
     elif data.train_file is not None:
         source, name = "train_file", Path(os.path.expandvars(data.train_file)).name
-        declared = {k: v for k, v in read_provenance(data.train_file).items() if k == MTEB_DATASETS_KEY}
+        provenance = read_provenance(data.train_file)
+        if MTEB_DATASETS_KEY in provenance:
+            declared[MTEB_DATASETS_KEY] = provenance[MTEB_DATASETS_KEY]
     elif data.dataset_name is not None:
         source, name = "dataset_name", data.dataset_name
     else:
