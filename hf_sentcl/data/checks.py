@@ -374,7 +374,7 @@ class _TextScan:
             self.bad_lines.append(bad + self.lines)
             if self.first_bad is None:
                 self.first_bad = (self.lines + int(bad[0]) + 1, data[bad_bytes[0]])
-        self.has_text = self.has_text or not (not text or text.isspace())
+        self.has_text = self.has_text or (bool(text) and not text.isspace())
         nul_lines = np.zeros(0, dtype=np.int64)
         if "\x00" in text:
             nul_lines = np.unique(ends.line_of(np.flatnonzero(np.frombuffer(data, np.uint8) == 0)))
