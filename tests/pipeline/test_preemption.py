@@ -122,6 +122,8 @@ CHAIN = (
     Stop("SIGKILL in a step", "step-9", "one", signal.SIGKILL, 2 * EVERY),
     Stop("final evaluation", "final", "launcher", signal.SIGTERM, MAX_STEPS),
 )
+#: CI time: one process skips the stop in a checkpoint save (one launch), which the 2-process chain makes on one rank
+CHAINS = {1: tuple(stop for stop in CHAIN if stop.label != "checkpoint save"), 2: CHAIN}
 
 
 def uninterrupted_weights(processes: int, recipe_path: Path, folder: Path) -> dict[str, torch.Tensor]:
@@ -172,7 +174,7 @@ def test_one_command_preempted_again_and_again_ends_as_the_uninterrupted_run(pro
     expected = uninterrupted_weights(processes, recipe_path, tmp_path)
     output = tmp_path / "run"
     timeline, resumed_at = [], 0
-    for number, stop in enumerate(CHAIN):
+    for number, stop in enumerate(CHAINS[processes]):
         line, seconds = preempt(stop, processes, recipe_path, output, tmp_path / f"probes-{number}")
         timeline.append(line)
         if stop.signal != signal.SIGKILL:

@@ -4,7 +4,7 @@ checkpoint with nudged weights ends elsewhere, a half-written checkpoint is neve
 curve covers the whole run.
 
 The "crash" is a copy of the uninterrupted run's folder cut back to a checkpoint (deterministic and fast); the
-real stops (SIGTERM/SIGUSR1 in each phase, SIGKILL), with one and two processes, are
+real stops (SIGTERM/SIGUSR1 in each phase, SIGKILL), with one and two processes (the stop in a save with two), are
 tests/pipeline/test_preemption.py (DDP among them); ZeRO-2 and ZeRO-3 are tests/pipeline/test_scaling.py."""
 
 import json

@@ -100,6 +100,22 @@ def test_lora_refuses_fsdp_and_zero3(monkeypatch, env):
     assert method_sharding_problem(fake_recipe(peft={"r": 8})) is None
 
 
+@pytest.mark.parametrize("env", [{"ACCELERATE_USE_FSDP": "true"},
+                                 {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3"}])
+def test_compiled_layers_refuse_fsdp_and_zero3(monkeypatch, env):
+    """Their hooks gather each layer's weights around its forward, which a compiled layer graph does not go through."""
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(parallelism, "has_accelerator", lambda: True)
+    with pytest.raises(RecipeError, match="r.yaml: compile_layers cannot run under .*compile_layers: false"):
+        check_topology(fake_recipe(compile_layers=True))
+    check_topology(fake_recipe(compile_layers=False))
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "false")
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2")
+    check_topology(fake_recipe(compile_layers=True))
+
+
 @pytest.mark.parametrize("method", ["self_guided", "clear"])
 @pytest.mark.parametrize("env", [{"ACCELERATE_USE_FSDP": "true"},
                                  {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3"}])
@@ -223,3 +239,36 @@ def test_modules_the_training_forward_never_reaches_are_frozen(tiny_bert_dir, ov
     without_grad = [n for n, p in encoder.named_parameters()
                     if p.requires_grad and p.grad is None and not n.startswith("backbone.pooler")]
     assert without_grad == []
+
+
+#: the launch matrix's refused cells (tests/pipeline/test_launch_matrix.py launches one per sharded config)
+MATRIX_REFUSALS = {
+    "sg_opt_bert.yaml": "method self_guided cannot run under",
+    "clear_bert.yaml": "method clear cannot run under",
+    "consert_bert_joint.yaml": "method consert with supervised_mode 'joint' cannot run under",
+    "consert_bert_sup_unsup.yaml": "method consert with supervised_mode 'sup-unsup' cannot run under",
+}
+
+
+@pytest.mark.parametrize("recipe_name", sorted(MATRIX_REFUSALS))
+@pytest.mark.parametrize("env", [{"ACCELERATE_USE_FSDP": "true"},
+                                 {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3"}],
+                         ids=["fsdp", "zero3"])
+def test_shipped_recipes_the_matrix_refuses_are_refused_by_the_recipe_check(monkeypatch, recipe_name, env):
+    """The shipped recipe itself, with what accelerate launch sets for fsdp.yaml / deepspeed_zero3.yaml, is refused
+    naming the DDP and ZeRO-2 configs; under ZeRO-2 it passes."""
+    from pathlib import Path
+
+    from hf_sentcl.recipe.parser import parse_recipe
+
+    recipe = parse_recipe(Path(__file__).resolve().parents[2] / "recipes" / recipe_name)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(parallelism, "has_accelerator", lambda: True)
+    with pytest.raises(RecipeError, match=MATRIX_REFUSALS[recipe_name]) as refused:
+        check_topology(recipe)
+    assert "deepspeed_zero2.yaml" in str(refused.value) and recipe_name in str(refused.value)
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "false")
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2")
+    check_topology(recipe)
