@@ -37,6 +37,12 @@ On a BERT-base-sized random encoder (12 layers, hidden 768, vocab 30522; SimCSE,
   through the final evaluation and the export. The check reads results.json: bf16, "before" and "after" STS scores,
   a best step. `HF_SENTCL_HANG_DUMP_S` is armed in the run: one still going after `RUN_DUMP_S` seconds prints its
   stacks and ends, and the note names where it was.
+- `perf` (issue 37): the GPU step's speed, with benchmarks/train_vs_sentence_transformers.py on CUDA (BERT-base
+  shape, batch 64, max_len 32, bf16, 40 steps, one round): hf_sentcl's CUDA route (padded SDPA; no host sync in
+  the step), the same with `compile_layers: true`, FlashAttention's varlen route (compiled and not) where
+  `flash_attn` is installed, and sentence-transformers' trainer. The note gives each one's examples/s, step time,
+  first step (compilation), share of the card's dense bf16 peak (6 x layer parameters x real tokens per step) and
+  ratio to sentence-transformers; the benchmark's own table is printed above the check's.
 
 and prints one table: check, result (pass or FAIL), median step time in ms, note. Each check runs in its own
 process(es) (a failure or hang in one does not stop the others). On one H200 (Python 3.12, torch 2.11, CUDA 13.0,
@@ -68,7 +74,7 @@ import gpu_bundle
 
 REPO = Path(__file__).resolve().parents[1]
 CHECKS = ("fp32", "tf32", "bf16", "fp16", "single", "ddp2", "fsdp", "zero3", "resume", "host_syncs", "fsdp_run",
-          "zero3_run")
+          "zero3_run", "perf")
 #: checks compared with the 1-process run `single` (it runs first when any of them is asked for)
 COMPARED = ("ddp2", "fsdp", "zero3")
 #: seconds one check may take (the whole check stays under about 8 minutes on one GPU)
@@ -546,7 +552,73 @@ def compared_check(check: str, args, reference: dict) -> dict:
     return comparison_verdict(result, difference, problem, note)
 
 
+# ---------------------------------------------------------------------------------------------- the GPU step's speed
+#: steps of each configuration in `perf` (the first, with any compilation, is left out of the step time)
+PERF_STEPS = 40
+#: seconds the whole `perf` comparison may take
+PERF_TIMEOUT = 420
+
+
+def perf_command(args, corpus: Path, output: Path, flash: bool) -> list[str]:
+    """benchmarks/train_vs_sentence_transformers.py on the GPU, bf16, one round: hf_sentcl's default route (padded
+    SDPA on CUDA), with `compile_layers`, FlashAttention's varlen route when `flash`, and sentence-transformers."""
+    variants = ["compiled: --compile_layers true"]
+    if flash:
+        variants += ["varlen: --attn_implementation flash_attention_2",
+                     "varlen+compiled: --attn_implementation flash_attention_2 --compile_layers true"]
+    return [sys.executable, str(Path(__file__).resolve().parent / "train_vs_sentence_transformers.py"),
+            "--device", "cuda", "--precisions", "bf16", "--rounds", "1", "--no-sts", "--no-padded-row",
+            "--model", str(args.workdir / "model"), "--train-file", str(corpus),
+            "--train-samples", str(GLOBAL_BATCH * PERF_STEPS), "--batch-size", str(GLOBAL_BATCH),
+            "--max-seq-length", str(MAX_TOKENS), "--output", str(output),
+            *(part for variant in variants for part in ("--variant", variant))]
+
+
+def perf_summary(report: dict) -> dict:
+    """The `perf` row from the benchmark's JSON: pass when every configuration trained; the note gives each one's
+    examples/s, step time, first step (compilation), share of the card's dense bf16 peak and ratio to
+    sentence-transformers."""
+    medians, ratios, shares = report["medians"], report["ratios"], report.get("gemm_shares") or {}
+    parts, ok = [], True
+    for key, row in medians.items():
+        step = row.get("train_step_seconds")
+        ok = ok and step is not None
+        share = shares.get(key, {}).get("real")
+        parts.append(f"{key.removesuffix(' bf16')}: {row.get('train_examples_per_second', 0):.0f} ex/s, "
+                     f"step {1000 * (step or 0):.1f} ms, first {row.get('first_step_seconds') or 0:.1f} s"
+                     + (f", {100 * share:.1f}% of peak" if share is not None else "")
+                     + (f", {ratios[key]['throughput_vs_st']:.2f}x ST" if ratios.get(key, {}).get("throughput_vs_st")
+                        else ""))
+    hf = medians.get("hf_sentcl bf16", {}).get("train_step_seconds")
+    return {"ok": ok, "step_ms": None if hf is None else 1000 * hf, "note": "; ".join(parts)}
+
+
+def perf_check(args) -> dict:
+    """The GPU step (issue 37): BERT-base shape, batch 64, max_len 32, bf16; hf_sentcl compiled and not (and
+    FlashAttention's varlen route where `flash_attn` is installed) against sentence-transformers."""
+    import importlib.util
+
+    corpus = args.workdir / "perf_corpus.txt"
+    corpus.write_text("\n".join(sentences(GLOBAL_BATCH * PERF_STEPS, seed=7)) + "\n")
+    output = args.workdir / "perf.json"
+    command = perf_command(args, corpus, output, importlib.util.find_spec("flash_attn") is not None)
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "HF_SENTCL_DATA": str(write_senteval(args.workdir / "senteval"))}
+    try:
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=PERF_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "step_ms": None, "note": f"timed out after {PERF_TIMEOUT} s"}
+    (args.workdir / "log-perf.txt").write_text(done.stdout + done.stderr)
+    print(done.stdout[-4000:], flush=True)  # the benchmark's own table
+    if done.returncode != 0 or not output.is_file():
+        tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
+        return {"ok": False, "step_ms": None, "note": f"exit {done.returncode}: {' | '.join(tail)[-300:]}"}
+    return perf_summary(json.loads(output.read_text()))
+
+
 def run_check(check: str, args, rows: dict) -> dict:
+    if check == "perf":
+        return perf_check(args)
     if check in ("fsdp_run", "zero3_run"):
         return whole_run(check, args)
     if check in COMPARED:

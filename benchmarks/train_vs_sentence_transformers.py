@@ -17,7 +17,8 @@ does) is printed below the table.
 Both sides train the embedded all-MiniLM-L6-v2 on the same first `--train-samples` (4,096) sentences of the
 Wikipedia subset (`$HF_SENTCL_DATA/../wiki1m_subset.txt` or `--train-file`) for one epoch: batch 64, max_len 32,
 tau 0.05, lr 3e-5, the same seed, no evaluation or saving during training, in fp32 and in bf16 (CPU autocast; with
-`--device cuda` both run on the first GPU, bf16 as CUDA autocast, peak memory as torch's peak allocation).
+`--device cuda` both run on the first GPU, bf16 as CUDA autocast, peak memory as torch's peak allocation, and the
+share column is the share of the card's dense bf16 peak, `--peak-tflops` or the data sheet's).
 
 - hf_sentcl: `SimCSETrainer` built the way `hf_sentcl.run` builds it (recipe -> encoder, pre-tokenised dataset,
   collator), with `pooling: mean, head: none` (MiniLM's own pooling, no projection head).
@@ -234,6 +235,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="cuda: both trainers on the first GPU (peak memory: torch's peak allocation; no GEMM "
                              "share; bf16 is CUDA autocast).")
+    parser.add_argument("--peak-tflops", type=float, default=None,
+                        help="With --device cuda: the card's dense bf16 peak in TFLOP/s for the share column "
+                             "(default: the data-sheet figure of H100/H200/A100/L40S/L4/A10 cards).")
     parser.add_argument("--output", default=None, help="Also write every measurement as JSON here.")
     args = parser.parse_args(argv)
     if args.train_file is None:
@@ -298,7 +302,8 @@ def benchmark(args: argparse.Namespace, workdir: str) -> int:
     st_trainer, st_model = build_st(args, False, sentences, workdir)
     shared = check_like_with_like(hf_trainer, hf_encoder, st_trainer, st_model)
     eval_max_len = hf_encoder.max_seq_length  # the sentence-transformers model is scored at the same truncation
-    gemm = measure_gemm(hf_trainer, hf_encoder) if args.gemm else None
+    gemm = (measure_gemm(hf_trainer, hf_encoder) if args.gemm else
+            device_peak(hf_trainer, hf_encoder, args.peak_tflops) if args.device == "cuda" else None)
     del hf_trainer, hf_encoder, st_trainer, st_model
     print("Shared settings: " + ", ".join(f"{k}={v}" for k, v in shared.items()), flush=True)
 
@@ -352,6 +357,34 @@ def measure_gemm(trainer, encoder) -> dict:
     return gemm
 
 
+#: dense (no sparsity) bf16 tensor-core peaks in TFLOP/s, by a name fragment of `torch.cuda.get_device_name`
+#: (first match wins): the vendors' data sheets
+DENSE_BF16_PEAK_TFLOPS = (("H100 PCIe", 756.0), ("H100", 989.4), ("H200", 989.4), ("GH200", 989.4),
+                          ("A100", 312.0), ("L40S", 362.1), ("L4", 121.0), ("A10", 125.0))
+
+
+def dense_bf16_peak_tflops(device_name: str) -> float | None:
+    """The card's dense bf16 peak from `DENSE_BF16_PEAK_TFLOPS`, None for a card not listed."""
+    return next((peak for fragment, peak in DENSE_BF16_PEAK_TFLOPS if fragment in device_name), None)
+
+
+def device_peak(trainer, encoder, peak_tflops: float | None) -> dict | None:
+    """The GPU counterpart of `measure_gemm`: the tokens per step of hf_sentcl's dataloader, the layers' parameter
+    count and the card's dense bf16 peak (`--peak-tflops`, or the data-sheet figure of a listed card), so that the
+    GEMM-share column is the share of that peak: 6 x layer parameters x real tokens per step over the step time."""
+    name = torch.cuda.get_device_name(0)
+    peak = peak_tflops or dense_bf16_peak_tflops(name)
+    if peak is None:
+        print(f"No dense bf16 peak known for {name}: pass --peak-tflops for the share of the card's peak.")
+        return None
+    tokens = step_tokens(trainer, copies=2)
+    params = sum(p.numel() for p in encoder.backbone.encoder.parameters())
+    print(f"{name}: dense bf16 peak {peak:.1f} TFLOP/s; per step {tokens['real']:.0f} real tokens of "
+          f"{tokens['padded']:.0f} padded positions, {params / 1e6:.2f}M layer parameters.", flush=True)
+    return {"gflops": peak * 1000, "peak_of": name, "layer_parameters": params, "real_tokens_per_step": tokens["real"],
+            "padded_tokens_per_step": tokens["padded"], "steps": tokens["steps"]}
+
+
 def gemm_shares(summary: dict, gemm: dict | None) -> dict[str, dict[str, float | None]]:
     """Each row's share of the GEMM limit, for the useful (real-token) work and for the padded work."""
     if gemm is None:
@@ -396,8 +429,10 @@ def summarize(args, runs: dict[str, list[dict]], sts: dict, names: list[str], sh
                   f"{_fmt(r['run_peak_vs_st'])}x | {_fmt(r['sts_avg_minus_st'])} | "
                   f"{_pct(shares.get(key, {}).get('real'))} |")
     if shares:
+        rate = (f"{gemm['gflops'] / 1000:.1f} TFLOP/s ({gemm['peak_of']}'s dense bf16 peak)" if "peak_of" in gemm
+                else f"{gemm['gflops']:.1f} GFLOP/s (fp32)")
         print(f"GEMM share: 6 x {gemm['layer_parameters'] / 1e6:.2f}M parameters x {gemm['real_tokens_per_step']:.0f} "
-              f"real tokens per step at {gemm['gflops']:.1f} GFLOP/s (fp32), over the median step time. Counting the "
+              f"real tokens per step at {rate}, over the median step time. Counting the "
               f"{gemm['padded_tokens_per_step']:.0f} padded positions instead (the work a padded forward does): "
               + ", ".join(f"{key} {_pct(value['padded'])}" for key, value in shares.items()) + ".")
     if sts:

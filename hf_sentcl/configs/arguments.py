@@ -241,6 +241,16 @@ class SentCLTrainingArguments(TrainingArguments):
             "fp32 on other CPUs), fp32, bf16 or fp16 (docs/precision.md). Unset: the bf16/fp16 keys decide."
         },
     )
+    compile_layers: bool = field(
+        default=False,
+        # measured in docs/benchmarks.md ("Compiled layers"): the compilation costs more than it saves on short runs
+        metadata={
+            "help": "Run each transformer layer's training forward through torch.compile (inductor, dynamic "
+            "shapes; evaluation stays eager): fused dropout/GELU/LayerNorm around the GEMMs, after a one-off "
+            "compilation at the first steps. Unlike transformers' torch_compile (the whole model, broken up at "
+            "the unpadded route's host reads), this compiles exactly the repeated layer."
+        },
+    )
     logging_nan_inf_filter: bool = field(
         default=False,
         metadata={"help": "Log a NaN/inf step's loss as the running mean (off: a NaN loss shows in the log as NaN)."},
@@ -409,6 +419,13 @@ class SentCLTrainingArguments(TrainingArguments):
             raise ValueError(f"length_buckets must be a positive number of sub-batches, got {self.length_buckets}.")
         if self.mini_batch_size is not None and self.mini_batch_size < 1:
             raise ValueError(f"mini_batch_size must be a positive number of examples, got {self.mini_batch_size}.")
+        if self.compile_layers and self.mini_batch_size is not None:
+            # the cached step's first pass runs without gradients (eager), its replay with them (compiled): inductor
+            # draws other dropout masks than torch, so the replay would not reproduce the cached embeddings
+            raise ValueError(
+                "compile_layers cannot be combined with mini_batch_size: the cached step replays each mini-batch's "
+                "dropout masks, which compiled layers draw differently from the eager first pass. Drop one of them."
+            )
         check_matryoshka(self.matryoshka_dims, self.matryoshka_weights)
         check_guide_settings(self)
         if self.preemption_signals is not None:

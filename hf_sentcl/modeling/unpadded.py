@@ -46,6 +46,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers.modeling_outputs import BaseModelOutput
 
+from hf_sentcl.modeling.compiled import compiled, runs_compiled
+
 logger = logging.getLogger(__name__)
 
 #: backbones whose layers are BERT's (embeddings, encoder.layer[i].attention.self.query/key/value, ...)
@@ -303,6 +305,10 @@ def fused_qkv(self_attention: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
     """Q | K | V of packed tokens, (total_tokens, 3 * hidden): one GEMM when the three projections are plain
     linear layers, the modules' own forwards otherwise (LoRA layers inside a PEFT model, hooked modules)."""
     projections = (self_attention.query, self_attention.key, self_attention.value)
+    if torch.compiler.is_compiling() and all(type(m) is nn.Linear and m.bias is not None for m in projections):
+        # dynamo cannot trace `_QKVProjection` (one tensor passed as three inputs); inductor fuses this as well
+        return nn.functional.linear(hidden, torch.cat([m.weight for m in projections]),
+                                    torch.cat([m.bias for m in projections]))
     if all(type(m) is nn.Linear and m.bias is not None and not (m._forward_hooks or m._forward_pre_hooks)
            for m in projections):
         return _QKVProjection.apply(hidden, hidden, hidden, *(p for m in projections for p in (m.weight, m.bias)))
@@ -368,7 +374,8 @@ def unpadded_forward(
     hidden = packed_embeddings(model, packing.tokens, input_ids, token_type_ids, position_ids, inputs_embeds)
     states = [hidden] if output_hidden_states else None
     for layer in model.encoder.layer:
-        run = partial(unpadded_layer, layer, packing=packing)
+        step = compiled("unpadded_layer", unpadded_layer) if runs_compiled(layer) else unpadded_layer
+        run = partial(step, layer, packing=packing)
         if getattr(layer, "gradient_checkpointing", False) and layer.training and torch.is_grad_enabled():
             hidden = checkpoint(run, hidden, use_reentrant=False)
         else:

@@ -12,6 +12,8 @@ user asked for or hang:
   `sharded_weights_problem`; ConSERT's supervised modes: its NLI classifier), where those configs leave them
   sharded (ZeRO-3 hands out an empty tensor);
 - LoRA under FSDP or ZeRO-3: adapters would be merged into sharded weights and saved from process 0's shard;
+- `compile_layers` under FSDP or ZeRO-3: their hooks gather each layer's weights around its forward, which a
+  compiled layer graph does not run through (untested, so refused);
 - plain `python -m hf_sentcl.run` on a host with several GPUs: Trainer would wrap the encoder in `DataParallel`,
   whose replicas see row chunks (ConSERT's hooks raise, gathered negatives shrink);
 - `eval_tasks: [glue]` with more than one process: GLUE fine-tunes a nested Trainer on process 0 alone, whose
@@ -94,6 +96,12 @@ def method_sharding_problem(recipe: Recipe) -> str | None:
     sharding = requested_sharding(recipe.training)
     if sharding is None or not (sharding == "FSDP" or sharding.endswith("-3")):
         return None
+    if getattr(recipe.training, "compile_layers", False):
+        return (
+            f"compile_layers cannot run under {sharding}: that config gathers each layer's sharded weights in hooks "
+            "around its forward, which the compiled layer graph does not go through. Set compile_layers: false, or "
+            f"use a DDP ({CONFIGS}/ddp*.yaml) or ZeRO-2 ({CONFIGS}/deepspeed_zero2.yaml) config."
+        )
     if recipe.model.peft:
         return (
             f"LoRA ('peft') cannot run under {sharding} here: the adapters would be merged into sharded weights and "

@@ -66,6 +66,7 @@ from hf_sentcl.evaluation.sts import STSEvaluator
 from hf_sentcl.losses.false_negatives import GuideMargin, text_groups
 from hf_sentcl.losses.matryoshka import LossFn, check_matryoshka, matryoshka_loss
 from hf_sentcl.modeling.encoder import evaluating_in_training
+from hf_sentcl.modeling.compiled import compile_layers
 from hf_sentcl.modeling.fast_dropout import use_fast_dropout
 from hf_sentcl.modeling.health import CHECKPOINT_COMPLETE, NonFiniteLossFlag, TrainingFailure
 from hf_sentcl.trainers.cached import cached_training_step
@@ -312,6 +313,8 @@ class ContrastiveTrainer(Trainer):
         freeze_backbone_pooler(self.model)
         if self.args.fast_dropout:
             use_fast_dropout(self.model)
+        if self.args.compile_layers:
+            compile_layers(self.model)
         self.dev_evaluator = dev_evaluator
         self.loss_is_scaled_for_ga = False
         self._metrics: dict[str, list[torch.Tensor]] = defaultdict(list)

@@ -238,7 +238,7 @@ METHOD_RECIPES = {
 }
 
 
-def method_stage(method, tmp_path, tiny_bert_dir, senteval_dir):
+def method_stage(method, tmp_path, tiny_bert_dir, senteval_dir, **overrides):
     from hf_sentcl.pipeline.train import build_stage
     from hf_sentcl.recipe.parser import parse_recipe
 
@@ -252,6 +252,7 @@ def method_stage(method, tmp_path, tiny_bert_dir, senteval_dir):
               "use_cpu": "true", "report_to": "none", "eval_strategy": "no", "load_best_model_at_end": "false",
               "save_strategy": "no", "disable_tqdm": "true"}
     values.update({k: (nli if v == "{nli}" else v) for k, v in METHOD_RECIPES[method].items()})
+    values.update(overrides)
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("".join(f"{key}: {value}\n" for key, value in values.items()))
     return build_stage(parse_recipe(recipe))

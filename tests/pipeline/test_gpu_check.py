@@ -349,3 +349,72 @@ def test_the_compared_training_writes_its_final_weights(tmp_path, monkeypatch):
         v.dtype == torch.float32 for v in weights.values())
     assert 0 < result["moved"] < gpu_check.MIN_MOVED and not result["ok"]  # 2 steps move less than 30
     assert "weights moved up to" in result["note"]
+
+
+# ------------------------------------------------------------------------------------------------ the GPU step
+def load_benchmark():
+    """benchmarks/train_vs_sentence_transformers.py loaded by its path (its folder on sys.path for its helpers)."""
+    folder = SCRIPT.parent
+    if str(folder) not in sys.path:
+        sys.path.append(str(folder))
+    spec = importlib.util.spec_from_file_location("train_vs_st", folder / "train_vs_sentence_transformers.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("flash", [False, True])
+def test_perf_runs_the_benchmark_compiled_and_not_on_the_gpu(flash, tmp_path, monkeypatch, tiny_bert_dir):
+    """`perf`'s command is the training benchmark on CUDA in bf16 at batch 64, max_len 32, with compile_layers (and
+    the FlashAttention route when installed) as variants whose keys the recipe parser accepts."""
+    gpu_check, benchmark = load_script(), load_benchmark()
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    args = SimpleNamespace(workdir=tmp_path)
+    command = gpu_check.perf_command(args, tmp_path / "corpus.txt", tmp_path / "perf.json", flash)
+    assert command[1].endswith("train_vs_sentence_transformers.py")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    parsed = benchmark.parse_args(command[2:])
+    assert (parsed.device, parsed.precisions, parsed.batch_size, parsed.max_seq_length) == ("cuda", ["bf16"], 64, 32)
+    assert not parsed.sts and not parsed.gemm and parsed.rounds == 1
+    variants = benchmark.parse_variants(parsed.variant)
+    expected = {"hf_sentcl+compiled": {"compile_layers": True}}
+    if flash:
+        expected["hf_sentcl+varlen"] = {"attn_implementation": "flash_attention_2"}
+        expected["hf_sentcl+varlen+compiled"] = {"attn_implementation": "flash_attention_2", "compile_layers": True}
+    assert variants == expected
+    monkeypatch.undo()  # the recipes are parsed as on this CPU: only their keys are checked
+    parsed.device, parsed.model, parsed.train_file = "cpu", str(tiny_bert_dir), str(tmp_path / "corpus.txt")
+    (tmp_path / "corpus.txt").write_text("one sentence\nanother one\n")
+    for overrides in variants.values():
+        recipe = benchmark.hf_recipe(parsed, True, overrides, str(tmp_path / "out"))
+        assert recipe.training.compile_layers is overrides.get("compile_layers", False)
+
+
+def test_perf_row_gives_each_configurations_share_of_the_cards_peak():
+    gpu_check, benchmark = load_script(), load_benchmark()
+    assert benchmark.dense_bf16_peak_tflops("NVIDIA H100 PCIe") == 756.0
+    assert benchmark.dense_bf16_peak_tflops("NVIDIA H100 80GB HBM3") == 989.4
+    assert benchmark.dense_bf16_peak_tflops("NVIDIA H200") == 989.4
+    assert benchmark.dense_bf16_peak_tflops("Tesla T4") is None
+    runs = {"hf_sentcl bf16": [{"train_examples_per_second": 2000.0, "train_step_seconds": 0.032,
+                                "first_step_seconds": 0.5}],
+            "sentence-transformers bf16": [{"train_examples_per_second": 1000.0, "train_step_seconds": 0.064,
+                                            "first_step_seconds": 0.4}],
+            "hf_sentcl+compiled bf16": [{"train_examples_per_second": 2500.0, "train_step_seconds": 0.0256,
+                                         "first_step_seconds": 40.0}]}
+    peak = {"gflops": 989.4e3, "peak_of": "NVIDIA H200", "layer_parameters": 85_000_000,
+            "real_tokens_per_step": 2 * 64 * 20, "padded_tokens_per_step": 2 * 64 * 32, "steps": 40}
+    names = ["hf_sentcl", "sentence-transformers", "hf_sentcl+compiled"]
+    report = benchmark.summarize(SimpleNamespace(rounds=1, threads=16, batch_size=64, max_seq_length=32,
+                                                 train_samples=2560, precisions=["bf16"]),
+                                 runs, {}, names, {}, peak)
+    row = gpu_check.perf_summary(json.loads(json.dumps(report, default=str)))
+    share = 6 * 85e6 * 2560 / 989.4e12 / 0.032
+    assert row["ok"] and row["step_ms"] == pytest.approx(32.0)
+    assert f"hf_sentcl: 2000 ex/s, step 32.0 ms, first 0.5 s, {100 * share:.1f}% of peak, 2.00x ST" in row["note"]
+    assert "hf_sentcl+compiled: 2500 ex/s, step 25.6 ms, first 40.0 s" in row["note"]
+    runs["hf_sentcl+compiled bf16"] = [{"train_examples_per_second": None}]
+    report = benchmark.summarize(SimpleNamespace(rounds=1, threads=16, batch_size=64, max_seq_length=32,
+                                                 train_samples=2560, precisions=["bf16"]), runs, {}, names, {}, peak)
+    assert gpu_check.perf_summary(report)["ok"] is False

@@ -1,0 +1,139 @@
+"""`compile_layers`: training forwards of the transformer layers run through torch.compile and equal the eager
+step (forward and gradients, the unpadded path's tolerance) on every route; evaluation stays eager; dropout
+still drops; the recipe key switches a trainer's layers; a model without a layer stack is refused."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+from test_unpadded import TOLERANCE, counted, embeddings_and_grads, method_stage, mixed_batch
+
+from hf_sentcl.modeling import SentenceEncoder, compiled, unpadded
+from hf_sentcl.modeling.compiled import CompiledTrainingLayer, compile_layers, transformer_layers, uncompile_layers
+
+needs_compiler = pytest.mark.skipif(
+    shutil.which("c++") is None and shutil.which("g++") is None, reason="inductor needs a C++ compiler"
+)
+
+
+def encoder_without_dropout(directory) -> SentenceEncoder:
+    return SentenceEncoder.from_backbone(str(directory), pooling="mean", hidden_dropout_prob=0.0,
+                                         attention_probs_dropout_prob=0.0).train()
+
+
+def calls_of_compiled_functions(monkeypatch) -> list:
+    """Records the key of every compiled function called (the real compiled function still runs)."""
+    keys = []
+    original = compiled.compiled
+
+    def recording(key, function):
+        keys.append(key)
+        return original(key, function)
+
+    monkeypatch.setattr(compiled, "compiled", recording)
+    monkeypatch.setattr(unpadded, "compiled", recording)
+    return keys
+
+
+@pytest.mark.slow
+@needs_compiler
+# CI time (each case compiles for ~15 s): BERT on the unpadded route, RoBERTa (position ids from padding_idx) padded
+@pytest.mark.parametrize("backbone, route", [("bert", "unpadded"), ("roberta", "padded")])
+def test_compiled_training_step_equals_the_eager_step(backbone, route, request, monkeypatch):
+    tiny_backbone_dir = request.getfixturevalue(f"tiny_{backbone}_dir")
+    encoder = encoder_without_dropout(tiny_backbone_dir)
+    batch = mixed_batch(encoder)
+    use_unpadded = route == "unpadded"
+    eager, eager_grads = embeddings_and_grads(encoder, batch, unpadded=use_unpadded)
+    assert compile_layers(encoder) == encoder.config.backbone_config.num_hidden_layers
+    keys = calls_of_compiled_functions(monkeypatch)
+    with counted(unpadded, "unpadded_forward") as unpadded_calls:
+        compiled_out, compiled_grads = embeddings_and_grads(encoder, batch, unpadded=use_unpadded)
+    layers = encoder.config.backbone_config.num_hidden_layers
+    if use_unpadded:
+        assert len(unpadded_calls) == 1 and keys == ["unpadded_layer"] * layers
+    else:
+        assert not unpadded_calls and len(keys) == layers and "unpadded_layer" not in keys
+    assert compiled_grads.keys() == eager_grads.keys() and eager_grads
+    forward = (compiled_out - eager).abs().max().item()
+    gradient = max((compiled_grads[k] - eager_grads[k]).abs().max().item() for k in eager_grads)
+    print(f"{tiny_backbone_dir.name} {route}: forward {forward:.2e}, gradient {gradient:.2e}")
+    assert forward <= TOLERANCE and gradient <= TOLERANCE
+
+    # a second batch of other lengths reuses the dynamic-shape graph: no new compilation, still equal
+    other = mixed_batch(encoder, n=5)
+    eager_other = None
+    with torch.no_grad():
+        uncompile_layers(encoder)
+        eager_other = encoder(**other).embeddings
+        compile_layers(encoder)
+        assert torch.allclose(encoder(**other).embeddings, eager_other, atol=TOLERANCE)  # eager: no grad
+    with torch.enable_grad():
+        assert torch.allclose(encoder(**other).embeddings, eager_other, atol=TOLERANCE)
+
+
+def test_evaluation_and_no_grad_forwards_stay_eager(tiny_bert_dir, monkeypatch):
+    encoder = encoder_without_dropout(tiny_bert_dir)
+    compile_layers(encoder)
+    keys = calls_of_compiled_functions(monkeypatch)
+    batch = mixed_batch(encoder)
+    encoder.eval()
+    encoder(**batch)
+    encoder.encode(["a short sentence", "and another, somewhat longer, sentence to pad"])
+    encoder.train()
+    with torch.no_grad():
+        encoder(**batch)
+    assert keys == []
+
+
+@pytest.mark.slow
+@needs_compiler
+def test_dropout_still_drops_in_compiled_layers(tiny_bert_dir):
+    encoder = SentenceEncoder.from_backbone(str(tiny_bert_dir), pooling="mean", hidden_dropout_prob=0.3,
+                                            attention_probs_dropout_prob=0.3).train()
+    compile_layers(encoder)
+    batch = mixed_batch(encoder)
+    first, second = encoder(**batch).embeddings, encoder(**batch).embeddings
+    with torch.no_grad():
+        clean = encoder.eval()(**batch).embeddings
+    assert not torch.allclose(first, second) and not torch.allclose(first, clean)
+    # the noise is dropout's size, not garbage: the views stay closer to each other than to random vectors
+    cosine = torch.nn.functional.cosine_similarity(first, clean).min().item()
+    assert 0.5 < cosine < 0.9999
+
+
+def test_switching_keeps_weights_and_state_dict_and_can_be_undone(tiny_bert_dir):
+    encoder = encoder_without_dropout(tiny_bert_dir)
+    before = {k: v.clone() for k, v in encoder.state_dict().items()}
+    layers = transformer_layers(encoder)
+    assert len(layers) == 2 and compile_layers(encoder) == 2
+    assert all(isinstance(layer, CompiledTrainingLayer) for layer in layers)
+    assert compile_layers(encoder) == 0  # already switched
+    after = encoder.state_dict()
+    assert after.keys() == before.keys() and all(torch.equal(after[k], before[k]) for k in before)
+    uncompile_layers(encoder)
+    assert not any(isinstance(m, CompiledTrainingLayer) for m in encoder.modules())
+
+
+def test_a_model_without_a_layer_stack_is_refused():
+    with pytest.raises(ValueError, match="compile_layers: Sequential has no transformer layer stack"):
+        compile_layers(torch.nn.Sequential(torch.nn.Linear(2, 2)))
+
+
+def test_the_recipe_key_switches_the_trainers_layers(tmp_path, tiny_bert_dir, senteval_dir):
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "compiled").mkdir()
+    plain = method_stage("simcse", tmp_path / "plain", tiny_bert_dir, senteval_dir)
+    assert not any(isinstance(m, CompiledTrainingLayer) for m in plain.encoder.modules())
+    stage = method_stage("simcse", tmp_path / "compiled", tiny_bert_dir, senteval_dir, compile_layers="true")
+    assert stage.trainer.args.compile_layers
+    assert all(isinstance(layer, CompiledTrainingLayer) for layer in transformer_layers(stage.encoder))
+
+
+def test_the_cached_step_is_refused_with_compiled_layers(tmp_path, tiny_bert_dir, senteval_dir):
+    (tmp_path / "run").mkdir()
+    with pytest.raises(ValueError, match="compile_layers cannot be combined with mini_batch_size"):
+        method_stage("simcse", tmp_path / "run", tiny_bert_dir, senteval_dir, compile_layers="true",
+                     mini_batch_size=4)
