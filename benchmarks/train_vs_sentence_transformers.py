@@ -1,7 +1,8 @@
 """Unsupervised SimCSE trained by hf_sentcl and by sentence-transformers' trainer: throughput, memory and STS.
 
     HF_SENTCL_DATA=/path/to/senteval python benchmarks/train_vs_sentence_transformers.py --rounds 3 [--threads N]
-        [--precisions fp32,bf16] [--variant "grouped: --train_sampling_strategy group_by_length"] [--output out.json]
+        [--precisions fp32,bf16] [--variant "grouped: --train_sampling_strategy group_by_length"] [--seeds 1,2,3]
+        [--output out.json]
     ... --profile        # instead: where the time of one training step goes, per phase, for both trainers
 
 hf_sentcl runs its default, unpadded encoder path (`unpadded: true`: token-wise work on real tokens only); a
@@ -40,8 +41,11 @@ time).
 
 Runs alternate (hf, st, then st, hf, ...) for `--rounds` rounds; the median per configuration and the ratio of
 medians (hf_sentcl / sentence-transformers) are printed. `--variant "NAME: --key value ..."` adds an hf_sentcl
-configuration with recipe overrides (e.g. `--train_sampling_strategy group_by_length`, `--torch_compile true`,
-`--pad_to_multiple_of 8`), measured and scored the same way. Timings mean something on an otherwise idle machine.
+configuration with recipe overrides (e.g. `--train_sampling_strategy group_by_length`, `--compile_layers true`,
+`--pad_to_multiple_of 8`), measured and scored the same way. `--seeds 1,2,3` trains and scores every configuration
+once per seed in the first round: the STS table then gives each side's mean over the seeds (the 7-task average with
+its standard deviation), the comparison one seed's noise (about 0.2) cannot make. Timings mean something on an
+otherwise idle machine.
 """
 
 from __future__ import annotations
@@ -213,6 +217,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--temperature", type=float, default=0.05)
     parser.add_argument("--learning-rate", type=float, default=3e-5)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--seeds", default=None,
+                        help="Comma-separated training seeds (default: --seed): the first round trains and scores "
+                             "every configuration once per seed, the STS table gives the mean over the seeds.")
     parser.add_argument("--logging-steps", type=int, default=10, help="Loss logging interval, the same in both.")
     parser.add_argument("--mini-batch-size", type=int, default=None,
                         help="Compare the cached steps: hf_sentcl's `mini_batch_size` against sentence-transformers' "
@@ -242,6 +249,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.train_file is None:
         args.train_file = str(resolve_data_dir(None).parent / "wiki1m_subset.txt")
+    args.seeds = [int(x) for x in args.seeds.split(",") if x.strip()] if args.seeds else [args.seed]
     args.precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
     unknown = [p for p in args.precisions if p not in ("fp32", "bf16")]
     if unknown or not args.precisions:
@@ -310,34 +318,52 @@ def benchmark(args: argparse.Namespace, workdir: str) -> int:
     evaluator = STSEvaluator(probe.data.sts_data_dir) if args.sts else None
     names = [HF, ST, *variants]
     runs: dict[str, list[dict]] = {f"{n} {p}": [] for p in args.precisions for n in names}
-    sts: dict[str, dict[str, float]] = {}
+    sts_seeds: dict[str, dict[int, dict[str, float]]] = {key: {} for key in runs}
     for round_index, order in alternating(names, args.rounds):
         for precision in args.precisions:
             bf16 = precision == "bf16"
-            for name in order:
+            # the first round trains (and scores) every seed; later rounds only time the first seed again
+            for seed, name in [(seed, name) for seed in (args.seeds if round_index == 0 else args.seeds[:1])
+                               for name in order]:
                 key = f"{name} {precision}"
+                seeded = argparse.Namespace(**{**vars(args), "seed": seed})
                 if name == ST:
-                    result, model = train_measured(lambda: build_st(args, bf16, sentences, workdir), args.batch_size)
+                    result, model = train_measured(lambda: build_st(seeded, bf16, sentences, workdir),
+                                                   args.batch_size)
                 else:
                     overrides = variants.get(name, {})
-                    result, model = train_measured(lambda: build_hf(args, bf16, overrides, workdir), args.batch_size)
-                runs[key].append(result)
-                line = (f"round {round_index} {key:34s} {_fmt(result['train_examples_per_second'], 1)} pairs/s, "
+                    result, model = train_measured(lambda: build_hf(seeded, bf16, overrides, workdir),
+                                                   args.batch_size)
+                runs[key].append({**result, "seed": seed})
+                line = (f"round {round_index} seed {seed} {key:34s} "
+                        f"{_fmt(result['train_examples_per_second'], 1)} pairs/s, "
                         f"{_fmt(result['train_examples_per_cpu_second'], 1)} per CPU-s (step "
                         f"{_fmt(result['train_step_seconds'], 3)} s, first {_fmt(result['first_step_seconds'], 1)} s, "
                         f"train() {result['train_seconds']:.1f} s), peak {_fmt(result['run_peak_mb'], 0)} MiB, "
                         f"loss {result['train_loss']:.4f} (first logged {_fmt(result['first_logged_loss'], 4)})")
-                if evaluator is not None and key not in sts:
+                if evaluator is not None and seed not in sts_seeds[key]:
                     trained = SentenceTransformerEncoder(model, eval_max_len) if name == ST else QuietEncoder(model)
-                    sts[key] = evaluator(trained, batch_size=args.eval_batch_size, bf16=False)
-                    line += f", STS avg {sts[key]['Avg']:.2f}"
+                    sts_seeds[key][seed] = evaluator(trained, batch_size=args.eval_batch_size, bf16=False)
+                    line += f", STS avg {sts_seeds[key][seed]['Avg']:.2f}"
                 print(line, flush=True)
                 del model
 
+    sts = {key: seed_means(scores) for key, scores in sts_seeds.items() if scores}
     report = summarize(args, runs, sts, names, shared, gemm)
+    report["sts_per_seed"] = sts_seeds
     if args.output:
         Path(args.output).write_text(json.dumps(report, indent=2, default=str) + "\n")
     return 0
+
+
+def seed_means(per_seed: dict[int, dict[str, float]]) -> dict[str, float]:
+    """Each task's mean over the seeds, plus `Avg_sd` (the sample standard deviation of the 7-task averages; 0 for
+    one seed) and `seeds`."""
+    tasks = next(iter(per_seed.values()))
+    means = {task: float(np.mean([scores[task] for scores in per_seed.values()])) for task in tasks}
+    averages = [scores["Avg"] for scores in per_seed.values()]
+    return {**means, "Avg_sd": float(np.std(averages, ddof=1)) if len(averages) > 1 else 0.0,
+            "seeds": len(averages)}
 
 
 def measure_gemm(trainer, encoder) -> dict:
@@ -389,10 +415,10 @@ def gemm_shares(summary: dict, gemm: dict | None) -> dict[str, dict[str, float |
     """Each row's share of the GEMM limit, for the useful (real-token) work and for the padded work."""
     if gemm is None:
         return {}
-    return {
+    return {  # the CPU's rate is an fp32 GEMM rate: no share for bf16 rows there (bf16 GEMMs run at another rate)
         key: {kind: gemm_share(row.get("train_step_seconds"), gemm[f"{kind}_tokens_per_step"],
                                gemm["layer_parameters"], gemm["gflops"]) for kind in ("real", "padded")}
-        for key, row in summary.items()
+        for key, row in summary.items() if "peak_of" in gemm or key.endswith(" fp32")
     }
 
 
@@ -436,11 +462,13 @@ def summarize(args, runs: dict[str, list[dict]], sts: dict, names: list[str], sh
               f"{gemm['padded_tokens_per_step']:.0f} padded positions instead (the work a padded forward does): "
               + ", ".join(f"{key} {_pct(value['padded'])}" for key, value in shares.items()) + ".")
     if sts:
-        tasks = [t for t in next(iter(sts.values())) if t != "Avg"]
-        print("\nSTS (Spearman x 100, mode all, fp32 evaluation):\n| configuration | " + " | ".join(tasks) + " | Avg |")
-        print("|---|" + "---:|" * (len(tasks) + 1))
+        tasks = [t for t in next(iter(sts.values())) if t not in ("Avg", "Avg_sd", "seeds")]
+        print("\nSTS (Spearman x 100, mode all, fp32 evaluation; the mean over the seeds, Avg with its standard "
+              "deviation):\n| configuration | seeds | " + " | ".join(tasks) + " | Avg |")
+        print("|---|---:|" + "---:|" * (len(tasks) + 1))
         for key, scores in sts.items():
-            print(f"| {key} | " + " | ".join(f"{scores[t]:.2f}" for t in (*tasks, "Avg")) + " |")
+            print(f"| {key} | {scores['seeds']} | " + " | ".join(f"{scores[t]:.2f}" for t in tasks)
+                  + f" | {scores['Avg']:.2f} ± {scores['Avg_sd']:.2f} |")
     return {"settings": {**vars(args), "shared_training_settings": shared}, "runs": runs, "medians": summary,
             "ratios": ratios, "sts": sts, "gemm": gemm, "gemm_shares": shares}
 

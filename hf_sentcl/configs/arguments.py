@@ -243,12 +243,13 @@ class SentCLTrainingArguments(TrainingArguments):
     )
     compile_layers: bool = field(
         default=False,
-        # measured in docs/benchmarks.md ("Compiled layers"): the compilation costs more than it saves on short runs
+        # off: on a 2-core CPU the compilation (~15-40 s) costs more than it saves in a short run (docs/benchmarks.md)
         metadata={
-            "help": "Run each transformer layer's training forward through torch.compile (inductor, dynamic "
-            "shapes; evaluation stays eager): fused dropout/GELU/LayerNorm around the GEMMs, after a one-off "
-            "compilation at the first steps. Unlike transformers' torch_compile (the whole model, broken up at "
-            "the unpadded route's host reads), this compiles exactly the repeated layer."
+            "help": "Run each transformer layer's training forward (on the CPU's unpadded route: its token-wise "
+            "part after attention) through torch.compile (inductor, dynamic shapes; evaluation stays eager; the "
+            "same dropout masks as eager for a seed): fused dropout/GELU/LayerNorm around the GEMMs, after a "
+            "one-off compilation at the first steps. Unlike transformers' torch_compile (the whole model, broken "
+            "up at the unpadded route's host reads), this compiles the repeated layer only."
         },
     )
     logging_nan_inf_filter: bool = field(
@@ -419,13 +420,6 @@ class SentCLTrainingArguments(TrainingArguments):
             raise ValueError(f"length_buckets must be a positive number of sub-batches, got {self.length_buckets}.")
         if self.mini_batch_size is not None and self.mini_batch_size < 1:
             raise ValueError(f"mini_batch_size must be a positive number of examples, got {self.mini_batch_size}.")
-        if self.compile_layers and self.mini_batch_size is not None:
-            # the cached step's first pass runs without gradients (eager), its replay with them (compiled): inductor
-            # draws other dropout masks than torch, so the replay would not reproduce the cached embeddings
-            raise ValueError(
-                "compile_layers cannot be combined with mini_batch_size: the cached step replays each mini-batch's "
-                "dropout masks, which compiled layers draw differently from the eager first pass. Drop one of them."
-            )
         check_matryoshka(self.matryoshka_dims, self.matryoshka_weights)
         check_guide_settings(self)
         if self.preemption_signals is not None:

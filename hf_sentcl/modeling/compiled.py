@@ -1,19 +1,21 @@
-"""Compiled training layers (recipe key `compile_layers`): each transformer layer's training forward through
-`torch.compile` (inductor, dynamic shapes).
+"""Compiled training layers (recipe key `compile_layers`): each transformer layer's training forward, or its
+token-wise part, through `torch.compile` (inductor, dynamic shapes).
 
-What compiling buys is the token-wise work between the GEMMs: bias + GELU, dropout + residual + LayerNorm, the
-attention's mask + softmax + dropout become a few fused loops instead of one pass over memory per operation.
+What compiling buys is the token-wise work between the GEMMs: bias + GELU, dropout + residual + LayerNorm become a
+few fused loops instead of one pass over memory per operation.
 
-- On the unpadded route (`hf_sentcl.modeling.unpadded`, the CPU training step) the layer function runs compiled;
-  the packing (which reads the real-token count on the host) stays outside, so one graph serves every layer and
-  every batch (the packed token count is a dynamic size). The fused Q/K/V GEMM of the eager route
-  (`_QKVProjection`, which dynamo cannot trace) is one linear layer on the stacked weights there.
+- On the unpadded route (`hf_sentcl.modeling.unpadded`, the CPU training step) the token-wise rest of each layer
+  after attention (`layer_tail`: the attention's output block and the feed-forward block) runs compiled, one graph
+  for every layer and every batch (the packed token count is a dynamic size). The attention itself stays eager: its
+  gathers into per-head views and the fused Q/K/V GEMM are custom autograd functions, and compiling the whole layer
+  measured slower (docs/benchmarks.md).
 - On the padded and flattened routes the layer module's own forward runs compiled.
 
 Only training forwards (module in training mode, gradients on) take the compiled path: evaluation and `encode`
 stay eager, so the compilation happens once, at the first training steps, and never for the many shapes of
-evaluation batches. Inductor draws dropout masks with its own generator (seeded from torch's), so a compiled run
-is as random as an eager one but not mask-for-mask the same; with dropout 0 the two agree to fp32 rounding.
+evaluation batches. Dropout draws its masks from torch's generator inside the graph as outside it (inductor's
+`fallback_random`), so a compiled step equals the eager step with the same seed, masks included (to fp32 rounding),
+and the cached step's eager first pass and compiled replay draw the same masks.
 """
 
 from __future__ import annotations
@@ -49,9 +51,10 @@ def layer_class(layer: CompiledTrainingLayer) -> type:
 
 
 def compiled(key: object, function: Callable) -> Callable:
-    """`torch.compile(function, dynamic=True)`, made once per `key`."""
+    """`torch.compile(function, dynamic=True)`, made once per `key`. Random numbers come from torch's own generator
+    (inductor's `fallback_random`), so dropout draws the masks the eager layer would."""
     if key not in _COMPILED:
-        _COMPILED[key] = torch.compile(function, dynamic=True)
+        _COMPILED[key] = torch.compile(function, dynamic=True, options={"fallback_random": True})
     return _COMPILED[key]
 
 

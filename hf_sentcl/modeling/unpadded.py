@@ -305,10 +305,6 @@ def fused_qkv(self_attention: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
     """Q | K | V of packed tokens, (total_tokens, 3 * hidden): one GEMM when the three projections are plain
     linear layers, the modules' own forwards otherwise (LoRA layers inside a PEFT model, hooked modules)."""
     projections = (self_attention.query, self_attention.key, self_attention.value)
-    if torch.compiler.is_compiling() and all(type(m) is nn.Linear and m.bias is not None for m in projections):
-        # dynamo cannot trace `_QKVProjection` (one tensor passed as three inputs); inductor fuses this as well
-        return nn.functional.linear(hidden, torch.cat([m.weight for m in projections]),
-                                    torch.cat([m.bias for m in projections]))
     if all(type(m) is nn.Linear and m.bias is not None and not (m._forward_hooks or m._forward_pre_hooks)
            for m in projections):
         return _QKVProjection.apply(hidden, hidden, hidden, *(p for m in projections for p in (m.weight, m.bias)))
@@ -347,11 +343,18 @@ def unpadded_attention(self_attention: nn.Module, hidden: torch.Tensor, packing:
     return packing.heads.pack(context.reshape(-1, head_size)).view(hidden.shape[0], -1)
 
 
+def layer_tail(layer: nn.Module, context: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+    """The token-wise rest of a BERT layer after attention: the attention's output block (dense, dropout,
+    LayerNorm(. + residual)) and the feed-forward block; what `compile_layers` compiles on this route."""
+    attended = layer.attention.output(context, hidden)
+    return layer.output(layer.intermediate(attended), attended)
+
+
 def unpadded_layer(layer: nn.Module, hidden: torch.Tensor, packing: Packing) -> torch.Tensor:
     """One BERT layer on packed tokens (its own attention, output and feed-forward modules)."""
     context = unpadded_attention(layer.attention.self, hidden, packing)
-    attended = layer.attention.output(context, hidden)  # dense, dropout, LayerNorm(. + residual)
-    return layer.output(layer.intermediate(attended), attended)
+    tail = compiled("layer_tail", layer_tail) if runs_compiled(layer) else layer_tail
+    return tail(layer, context, hidden)
 
 
 def unpadded_forward(
@@ -374,8 +377,7 @@ def unpadded_forward(
     hidden = packed_embeddings(model, packing.tokens, input_ids, token_type_ids, position_ids, inputs_embeds)
     states = [hidden] if output_hidden_states else None
     for layer in model.encoder.layer:
-        step = compiled("unpadded_layer", unpadded_layer) if runs_compiled(layer) else unpadded_layer
-        run = partial(step, layer, packing=packing)
+        run = partial(unpadded_layer, layer, packing=packing)
         if getattr(layer, "gradient_checkpointing", False) and layer.training and torch.is_grad_enabled():
             hidden = checkpoint(run, hidden, use_reentrant=False)
         else:

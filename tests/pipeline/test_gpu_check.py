@@ -418,3 +418,15 @@ def test_perf_row_gives_each_configurations_share_of_the_cards_peak():
     report = benchmark.summarize(SimpleNamespace(rounds=1, threads=16, batch_size=64, max_seq_length=32,
                                                  train_samples=2560, precisions=["bf16"]), runs, {}, names, {}, peak)
     assert gpu_check.perf_summary(report)["ok"] is False
+
+
+def test_seeded_sts_is_the_mean_over_the_seeds_with_the_averages_spread():
+    benchmark = load_benchmark()
+    per_seed = {1: {"STS12": 70.0, "Avg": 78.0}, 2: {"STS12": 72.0, "Avg": 79.0}, 3: {"STS12": 71.0, "Avg": 80.5}}
+    means = benchmark.seed_means(per_seed)
+    assert means["STS12"] == pytest.approx(71.0) and means["Avg"] == pytest.approx(79.1666667)
+    assert means["Avg_sd"] == pytest.approx(((78 - 79.1666667) ** 2 + (79 - 79.1666667) ** 2
+                                             + (80.5 - 79.1666667) ** 2) ** 0.5 / 2 ** 0.5)
+    assert means["seeds"] == 3 and benchmark.seed_means({7: {"Avg": 80.0}})["Avg_sd"] == 0.0
+    assert benchmark.parse_args(["--seeds", "1,2,3", "--train-file", "x"]).seeds == [1, 2, 3]
+    assert benchmark.parse_args(["--seed", "5", "--train-file", "x"]).seeds == [5]

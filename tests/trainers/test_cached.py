@@ -4,6 +4,7 @@ bf16 autocast, in training with logged metrics, and across 2 gloo processes."""
 
 import copy
 import os
+import shutil
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ from helpers import assert_same, build_tiny_bert, gradients, random_sentences, s
 from hf_sentcl import SentenceEncoder
 from hf_sentcl.configs import SelfGuidedConfig, SimCSEConfig, SupervisedSimCSEConfig
 from hf_sentcl.data import ViewCollator, tokenize_views
+from hf_sentcl.modeling.compiled import CompiledTrainingLayer, transformer_layers, uncompile_layers
 from hf_sentcl.trainers import SelfGuidedTrainer, SimCSETrainer, SupervisedSimCSETrainer
 from hf_sentcl.trainers.base import ViewsOutput
 from hf_sentcl.trainers.cached import RandomState, split_batch
@@ -103,6 +105,19 @@ def test_cached_step_equals_plain_step_with_dropout(model_dir, tmp_path, method)
     assert_same(cached, reference_step(trainer, inputs, MINI))
     other_masks = reference_step(trainer, inputs, BATCH)
     assert (cached[0] - other_masks[0]).abs() > 1e-4
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None, reason="inductor needs a C++ compiler")
+def test_cached_step_with_compiled_layers_equals_the_eager_cached_step(model_dir, tmp_path):
+    """`compile_layers`: the first pass runs eager (no gradients), the replay compiled; both draw their dropout masks
+    from torch's generator, so the replay reproduces the first pass and the step equals the eager one."""
+    trainer = make_trainer(model_dir, tmp_path, "simcse", compile_layers=True)
+    assert all(isinstance(layer, CompiledTrainingLayer) for layer in transformer_layers(trainer.model))
+    inputs = first_batch(trainer)
+    compiled = step(trainer, inputs, MINI)
+    uncompile_layers(trainer.model)
+    assert_same(compiled, step(trainer, inputs, MINI))
 
 
 class WithLocalTerm(SimCSETrainer):
