@@ -39,7 +39,7 @@ class CompiledTrainingLayer:
 
     def forward(self, *args, **kwargs):
         base = layer_class(self)
-        if self.training and torch.is_grad_enabled():
+        if runs_compiled(self):
             return compiled(base, base.forward)(self, *args, **kwargs)
         return base.forward(self, *args, **kwargs)
 

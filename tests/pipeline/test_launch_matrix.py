@@ -66,12 +66,16 @@ PROBES = random_sentences(12, seed=21, max_words=14)
 LAUNCHED_REFUSALS = {("deepspeed_zero3.yaml", "consert_sup_unsup"), ("fsdp.yaml", "clear")}
 
 
+def refused_cells() -> set[tuple[str, str]]:
+    return {(config, method) for config in SHARDED for method in REFUSED}
+
+
 def cells(kind: str) -> list[tuple[str, str]]:
-    refused = {(config, method) for config in SHARDED for method in REFUSED}
+    """The cells that run, or (`refused`) the refused cells launched here."""
     every = [(config, method) for config in CONFIGS for method in METHODS]
     if kind == "refused":
-        return [cell for cell in every if cell in refused and cell in LAUNCHED_REFUSALS]
-    return [cell for cell in every if cell not in refused]
+        return [cell for cell in every if cell in refused_cells() and cell in LAUNCHED_REFUSALS]
+    return [cell for cell in every if cell not in refused_cells()]
 
 
 def cell_id(cell: tuple[str, str]) -> str:
@@ -263,7 +267,10 @@ def test_fp32_cell_matches_one_process(cell, data, one_process, tmp_path):
 
 
 def test_matrix_covers_every_config_and_method():
-    """Every cell runs or is refused, and each config has a cell with gradient accumulation."""
-    assert len(cells("runs")) + len(cells("refused")) == len(CONFIGS) * len(METHODS)
+    """Every cell runs or is refused (one refusal per sharded config launched), and each config has a cell with
+    gradient accumulation."""
+    assert len(cells("runs")) + len(refused_cells()) == len(CONFIGS) * len(METHODS)
+    assert set(cells("refused")) == LAUNCHED_REFUSALS <= refused_cells()
+    assert {config for config, _ in LAUNCHED_REFUSALS} == set(SHARDED)
     assert {config for config, _ in ACCUMULATING} == set(CONFIGS) and set(ACCUMULATING) <= set(cells("runs"))
     assert {config for config, _ in FP32_CELLS} == set(CONFIGS)
