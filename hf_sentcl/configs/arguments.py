@@ -17,6 +17,7 @@ from hf_sentcl.evaluation.sts import STS_MODES
 from hf_sentcl.losses.false_negatives import FALSE_NEGATIVE_MODES, GUIDE_MARGIN_STRATEGIES
 from hf_sentcl.losses.matryoshka import check_matryoshka
 from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS
+from hf_sentcl.modeling.compiled import cpu_compiler_problem
 from hf_sentcl.modeling.config import HEAD_TYPES
 from hf_sentcl.modeling.pooling import POOLING_MODES
 from hf_sentcl.modeling.precision import cpu_has_native_bf16, resolve_precision
@@ -420,6 +421,8 @@ class SentCLTrainingArguments(TrainingArguments):
             raise ValueError(f"length_buckets must be a positive number of sub-batches, got {self.length_buckets}.")
         if self.mini_batch_size is not None and self.mini_batch_size < 1:
             raise ValueError(f"mini_batch_size must be a positive number of examples, got {self.mini_batch_size}.")
+        if self.compile_layers and (self.use_cpu or not _cuda()) and (problem := cpu_compiler_problem()):
+            raise ValueError(problem)
         check_matryoshka(self.matryoshka_dims, self.matryoshka_weights)
         check_guide_settings(self)
         if self.preemption_signals is not None:

@@ -127,3 +127,16 @@ def test_the_recipe_key_switches_the_trainers_layers(tmp_path, tiny_bert_dir, se
     assert stage.trainer.args.compile_layers
     assert all(isinstance(layer, CompiledTrainingLayer) for layer in transformer_layers(stage.encoder))
 
+
+
+def test_a_cpu_run_without_a_cxx_compiler_is_refused_before_work(tmp_path, tiny_bert_dir, senteval_dir, monkeypatch):
+    """Inductor builds C++ for the CPU: without a compiler the recipe is refused when parsed, naming the fix."""
+    (tmp_path / "run").mkdir()
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setattr(compiled.shutil, "which", lambda name: None)
+    with pytest.raises(ValueError, match="needs a C\\+\\+ compiler.*apt install g\\+\\+.*compile_layers: false"):
+        method_stage("simcse", tmp_path / "run", tiny_bert_dir, senteval_dir, compile_layers="true")
+    assert compiled.cpu_compiler_problem() is not None
+    monkeypatch.setenv("CXX", "my-cxx")
+    monkeypatch.setattr(compiled.shutil, "which", lambda name: "/opt/bin/my-cxx" if name == "my-cxx" else None)
+    assert compiled.cpu_compiler_problem() is None
