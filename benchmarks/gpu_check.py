@@ -605,7 +605,7 @@ def perf_check(args) -> dict:
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
            "HF_SENTCL_DATA": str(write_senteval(args.workdir / "senteval"))}
     try:
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=PERF_TIMEOUT)
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=PERF_TIMEOUT, check=False)
     except subprocess.TimeoutExpired:
         return {"ok": False, "step_ms": None, "note": f"timed out after {PERF_TIMEOUT} s"}
     (args.workdir / "log-perf.txt").write_text(done.stdout + done.stderr)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -82,12 +82,13 @@ def compile_layers(model: nn.Module) -> int:
 
     Weights, the state dict and the saved config are unchanged. Returns the number of layers switched; raises
     ValueError when the model has no layer stack this knows."""
-    layers = [layer for layer in transformer_layers(model) if not isinstance(layer, CompiledTrainingLayer)]
-    if not layers and not any(isinstance(m, CompiledTrainingLayer) for m in model.modules()):
+    stack = transformer_layers(model)
+    if not stack:
         raise ValueError(
             f"compile_layers: {type(model).__name__} has no transformer layer stack (encoder.layer or "
             "transformer.layer) to compile; set compile_layers: false."
         )
+    layers = [layer for layer in stack if not isinstance(layer, CompiledTrainingLayer)]
     for layer in layers:
         cls = type(layer)
         if cls not in _CLASSES:
