@@ -9,9 +9,9 @@ tensor, and only the attention product sees the padded shape:
 - Q, K and V come from one GEMM (`_QKVProjection`, whose hidden-state gradient is the three layers' to the bit)
   and are gathered straight into per-head (b * heads, L, head_dim) views (`RowMap`: packing and unpacking are
   both `index_select` gathers, each the other's backward);
-- the product runs explicitly while training with dropout (and for eager attention): the key-padding mask is
-  added inside the score GEMM, softmax in fp32, the module's own dropout (`FastDropout` where installed); SDPA
-  with the key-padding mask otherwise (inference);
+- the product runs explicitly while training (and for eager attention): the key-padding mask is added inside
+  the score GEMM, softmax in fp32, the module's own dropout (`FastDropout` where installed); SDPA with the
+  key-padding mask for inference (its CPU backward is slow);
 - the context is gathered back to the packed tokens for the output projection.
 
 It calls the backbone's own modules (their parameters, hooks-free forwards, `FastDropout` where it is installed,
@@ -47,6 +47,7 @@ from torch.utils.checkpoint import checkpoint
 from transformers.modeling_outputs import BaseModelOutput
 
 from hf_sentcl.modeling.compiled import compiled, runs_compiled
+from hf_sentcl.modeling.fast_dropout import attention_probabilities
 
 logger = logging.getLogger(__name__)
 
@@ -275,29 +276,37 @@ class Packing:
 class _QKVProjection(torch.autograd.Function):
     """Q | K | V = hidden @ [Wq; Wk; Wv]^T + [bq; bk; bv] as one GEMM, and one GEMM for the weight gradients.
 
-    The hidden states come in once per projection (the same tensor three times) and get one gradient each, which
-    autograd adds up in the order it adds the three linear layers' (value, key, query): so the hidden-state
-    gradient is the padded path's to the last bit, not a 3x-deep product's (which rounds differently). Saves what
-    the three layers would, not the stacked weight."""
+    The hidden states come in once per projection (the same tensor three times). In full precision they get one
+    gradient each, which autograd adds up in the order it adds the three linear layers' (value, key, query): so
+    the hidden-state gradient is the padded path's to the last bit, not a 3x-deep product's (which rounds
+    differently). Under autocast (bf16 on CPU) the hidden state and the stacked weight are cast once, kept in that
+    dtype for backward, and the hidden-state gradient is one 3x-deep GEMM (fp32 accumulation): three gradients
+    in bf16 would each be cast to fp32 and added, the padded path's rounding, at twice the elementwise work."""
 
     @staticmethod
     @torch.amp.custom_fwd(device_type="cpu")
     def forward(ctx, value_input, key_input, query_input, query_weight, query_bias, key_weight, key_bias,
                 value_weight, value_bias):
-        weights = (query_weight, key_weight, value_weight)
-        ctx.save_for_backward(query_input, *weights)
-        return torch.addmm(torch.cat([query_bias, key_bias, value_bias]), query_input, torch.cat(weights).t())
+        dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else query_input.dtype
+        hidden = query_input.to(dtype)
+        weight = torch.cat((query_weight, key_weight, value_weight)).to(dtype)
+        ctx.mixed = dtype != query_input.dtype
+        ctx.sizes = [query_weight.shape[0], key_weight.shape[0], value_weight.shape[0]]
+        ctx.save_for_backward(hidden, weight)
+        return torch.addmm(torch.cat([query_bias, key_bias, value_bias]).to(dtype), hidden, weight.t())
 
     @staticmethod
     @torch.amp.custom_bwd(device_type="cpu")
     def backward(ctx, grad):
-        hidden, *weights = ctx.saved_tensors
-        sizes = [w.shape[0] for w in weights]
-        parts = grad.split(sizes, dim=1)
-        to_hidden = [part.mm(weight.to(grad.dtype)) for part, weight in zip(parts, weights)]
-        grad_weights = grad.t().mm(hidden.to(grad.dtype)).split(sizes)
-        grad_biases = grad.sum(0).split(sizes)
-        value_grad, key_grad, query_grad = reversed(to_hidden)
+        hidden, weight = ctx.saved_tensors
+        grad = grad.to(hidden.dtype)
+        grad_weights = grad.t().mm(hidden).split(ctx.sizes)
+        grad_biases = grad.sum(0).split(ctx.sizes)
+        if ctx.mixed:
+            value_grad, key_grad, query_grad = None, None, grad.mm(weight)
+        else:
+            parts = zip(grad.split(ctx.sizes, dim=1), weight.split(ctx.sizes))
+            value_grad, key_grad, query_grad = reversed([part.mm(w) for part, w in parts])
         return value_grad, key_grad, query_grad, *(g for pair in zip(grad_weights, grad_biases) for g in pair)
 
 
@@ -315,12 +324,15 @@ def attend(self_attention: nn.Module, query: torch.Tensor, key: torch.Tensor, va
            packing: Packing) -> torch.Tensor:
     """Attention on the padded (b * heads, L, head_dim) views, (b * heads, L, head_dim) out.
 
-    With dropout (training; this route runs on CPU only) or eager attention: explicit, the mask added inside the
-    score GEMM, then softmax in fp32 and the module's own dropout (`FastDropout` where installed), as the padded
-    path's attention functions do. Otherwise SDPA."""
+    Training (this route runs on CPU only) or eager attention: explicit, the mask added inside the score GEMM, then
+    softmax (`attention_probabilities`) and the module's own dropout (`FastDropout` where installed), as the
+    padded path's attention functions do. SDPA for inference: its CPU backward is the slow part (7x the explicit
+    product's in bf16 at MiniLM's shapes, 1.4x in fp32), so training without dropout (ConSERT's encoder,
+    `attention_probs_dropout_prob: 0`) takes the explicit product too, and so does the cached step's first pass
+    (no gradients), which must match its replay."""
     dropout = self_attention.dropout
     implementation = self_attention.config._attn_implementation or "eager"
-    if (not self_attention.training or dropout.p == 0) and implementation != "eager":
+    if not self_attention.training and implementation != "eager":
         shape = (packing.batch, packing.num_heads, packing.length, query.shape[-1])
         context = nn.functional.scaled_dot_product_attention(
             query.view(shape), key.view(shape), value.view(shape), attn_mask=packing.keep,
@@ -328,8 +340,7 @@ def attend(self_attention: nn.Module, query: torch.Tensor, key: torch.Tensor, va
         return context.reshape(query.shape)
     bias = packing.bias.to(query.dtype)
     scores = torch.baddbmm(bias, query, key.transpose(1, 2), alpha=self_attention.scaling)
-    probabilities = torch.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)
-    return torch.bmm(dropout(probabilities), value)
+    return torch.bmm(dropout(attention_probabilities(scores, value.dtype)), value)
 
 
 def unpadded_attention(self_attention: nn.Module, hidden: torch.Tensor, packing: Packing) -> torch.Tensor:

@@ -13,6 +13,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from hf_sentcl.modeling.fast_dropout import (
     ATTENTION_NAME,
     FastDropout,
+    attention_probabilities,
     fast_dropout,
     restore_native_dropout,
     sdpa_fast_dropout,
@@ -79,6 +80,30 @@ def test_explicit_attention_equals_sdpa():
     assert torch.allclose(explicit, reference, atol=1e-6)
 
 
+def test_training_forwards_run_explicitly_and_equal_sdpa(tiny_bert_dir):
+    """SDPA's CPU backward is slow (7x the explicit product's in bf16): training forwards without dropout
+    (ConSERT's encoder) run the explicit product too, with SDPA's values and gradients."""
+    torch.manual_seed(5)
+    ids = torch.randint(5, 50, (4, 9))
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0
+    results = []
+    for swap in (False, True):
+        model = AutoModel.from_pretrained(str(tiny_bert_dir), attn_implementation="sdpa", hidden_dropout_prob=0.0,
+                                          attention_probs_dropout_prob=0.0).train()
+        if swap:
+            use_fast_dropout(model)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            out = model(input_ids=ids, attention_mask=mask).last_hidden_state
+            (out * mask[..., None]).square().sum().backward()
+        sdpa_ops = {e.key for e in prof.key_averages() if "scaled_dot_product" in e.key}
+        assert bool(sdpa_ops) != swap, sdpa_ops
+        results.append((out.detach(), model.encoder.layer[0].attention.self.query.weight.grad))
+    (sdpa_out, sdpa_grad), (explicit_out, explicit_grad) = results
+    assert torch.allclose(explicit_out, sdpa_out, atol=1e-5)
+    assert torch.allclose(explicit_grad, sdpa_grad, atol=1e-5)
+
+
 def test_backbone_uses_it_everywhere_and_eval_is_unchanged(tiny_bert_dir, tmp_path):
     model = AutoModel.from_pretrained(str(tiny_bert_dir), attn_implementation="sdpa")
     ids = torch.randint(5, 50, (4, 9))
@@ -123,3 +148,12 @@ def test_rate_under_torch_compile():
         assert abs(dropped[lane::4].mean().item() - 0.1) < 5 * (0.1 * 0.9 / n) ** 0.5
     assert torch.allclose(out[out != 0], torch.tensor(65536 / (65536 - round(0.1 * 65536))))
     assert not torch.equal(compiled(ones), out)
+
+
+def test_bf16_probabilities_equal_the_fp32_softmax_rounded():
+    """The bf16 softmax skips two casts each way and must give the values of softmax in fp32 rounded to bf16."""
+    torch.manual_seed(6)
+    scores = (torch.randn(5, 7, 9) * 4).bfloat16()
+    expected = torch.softmax(scores.float(), dim=-1).bfloat16()
+    assert torch.equal(attention_probabilities(scores, torch.bfloat16), expected)
+    assert torch.equal(attention_probabilities(scores.float(), torch.float32), torch.softmax(scores.float(), -1))
