@@ -6,8 +6,8 @@ batches of short sentences. `unpadded_forward` packs the real tokens once (the f
 mask's ones, rounded up to a multiple of `TOKEN_BUCKET` with padding positions so that tensor sizes repeat),
 runs the embedding module and every layer's linear / LayerNorm / feed-forward modules on a (total_tokens, hidden)
 tensor, and only the attention product sees the padded shape:
-- Q, K and V come from one GEMM (`_QKVProjection`, whose hidden-state gradient is the three layers' to the bit)
-  and are gathered straight into per-head (b * heads, L, head_dim) views (`RowMap`: packing and unpacking are
+- Q, K and V come from one GEMM (`_QKVProjection`, whose hidden-state gradient in fp32 is the three layers' to the
+  bit) and are gathered straight into per-head (b * heads, L, head_dim) views (`RowMap`: packing and unpacking are
   both `index_select` gathers, each the other's backward);
 - the product runs explicitly while training (and for eager attention): the key-padding mask is added inside
   the score GEMM, softmax in fp32, the module's own dropout (`FastDropout` where installed); SDPA with the
@@ -273,6 +273,11 @@ class Packing:
                    RowMap.of(qkv_rows, 3 * per_projection, zero_padding=False), bias, keep)
 
 
+def gemm_dtype(default: torch.dtype) -> torch.dtype:
+    """The dtype this route's GEMMs run in: autocast's when it is on (this route runs on the CPU), else `default`."""
+    return torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else default
+
+
 class _QKVProjection(torch.autograd.Function):
     """Q | K | V = hidden @ [Wq; Wk; Wv]^T + [bq; bk; bv] as one GEMM, and one GEMM for the weight gradients.
 
@@ -287,7 +292,7 @@ class _QKVProjection(torch.autograd.Function):
     @torch.amp.custom_fwd(device_type="cpu")
     def forward(ctx, value_input, key_input, query_input, query_weight, query_bias, key_weight, key_bias,
                 value_weight, value_bias):
-        dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else query_input.dtype
+        dtype = gemm_dtype(query_input.dtype)
         hidden = query_input.to(dtype)
         weight = torch.cat((query_weight, key_weight, value_weight)).to(dtype)
         ctx.mixed = dtype != query_input.dtype
@@ -383,8 +388,7 @@ def unpadded_forward(
     it). Layers are checkpointed (non-reentrant) when the backbone has gradient checkpointing on and trains."""
     model = base_model(backbone)
     batch, length = attention_mask.shape
-    packing = Packing.of(attention_mask, model.config.num_attention_heads, torch.get_autocast_dtype("cpu")
-                         if torch.is_autocast_enabled("cpu") else model.dtype)
+    packing = Packing.of(attention_mask, model.config.num_attention_heads, gemm_dtype(model.dtype))
     hidden = packed_embeddings(model, packing.tokens, input_ids, token_type_ids, position_ids, inputs_embeds)
     states = [hidden] if output_hidden_states else None
     for layer in model.encoder.layer:
