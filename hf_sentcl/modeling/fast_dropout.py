@@ -1,11 +1,15 @@
 """Dropout for CPU training that draws its masks in bulk.
 
 On CPU, torch's dropout samples one Bernoulli variable per element (`bernoulli_`): for SimCSE on MiniLM that is a
-quarter of a bf16 training step. Here every 64-bit draw of torch's generator gives four 16-bit numbers, and an
-element is dropped when its number falls below p * 65536. It is the same dropout (each element dropped
-independently with probability p rounded to a multiple of 1/65536, survivors scaled by the exact inverse keep
-rate) drawn ~2.5x faster. The masks come from torch's default generator, so `torch.manual_seed` and the cached
-step's saved random states reproduce them. On other devices the native (fused) dropout is kept.
+quarter of a bf16 training step. Here each 64-bit draw of torch's generator (`random_()`: 63 random bits, shifted
+left once so that the top bit is random and the lowest is 0) is cut into four 16-bit numbers, and an element is
+dropped when its number falls below an even threshold: with the lowest bit 0 in one of the four, each is compared
+at 15 bits of resolution. It is the same dropout (each element dropped independently with probability p rounded to
+a multiple of 1/32768, survivors scaled by the exact inverse keep rate) drawn several times faster. The comparison
+writes the mask straight in the input's dtype (a bool mask would be cast to it by every multiply, forward and
+backward); in fp32 it holds the scale too, so applying it is one multiply each way. The masks come from torch's
+default generator, so `torch.manual_seed` and the cached step's saved random states reproduce them. On other
+devices the native (fused) dropout is kept.
 
 `use_fast_dropout(model)` puts it in place in a model: every `nn.Dropout` module becomes a `FastDropout`, and a
 model whose config selects SDPA attention gets the attention function `sdpa_fast_dropout`, which runs attention
@@ -20,33 +24,48 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
-_LEVELS = 1 << 16
+#: resolution of the drop probability: p is rounded to a multiple of 1 / _LEVELS
+_LEVELS = 1 << 15
 ATTENTION_NAME = "sdpa_fast_dropout"
+#: dtypes that compute `x * scale` in their own precision: there the mask can carry the scale with the same result
+_SCALED_MASK_DTYPES = (torch.float32, torch.float64)
 
 
-def _keep_mask(shape: torch.Size, p: float, device: torch.device) -> tuple[torch.Tensor, float]:
-    """A bool mask that keeps each element with probability 1 - q, q = round(p * 65536) / 65536, and 1 / (1 - q)."""
-    dropped_levels = round(p * _LEVELS)
+def keep_mask(shape: torch.Size, p: float, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, float]:
+    """(mask, scale): a `dtype` mask that keeps each element with probability 1 - q, q = round(p * 32768) / 32768,
+    and the survivors' scale 1 / (1 - q). The mask holds 0 / scale where `dtype` multiplies by the scale in its own
+    precision (fp32), else 0 / 1 and the caller multiplies by `scale` (bf16 and fp16 do that in fp32: rounding the
+    scale into the mask would change the survivors' values)."""
+    dropped = round(p * _LEVELS)
     count = shape.numel()
-    bits = torch.randint(-(1 << 63), (1 << 63) - 1, ((count + 3) // 4,), dtype=torch.int64, device=device)
-    numbers = bits.view(torch.int16)[:count].view(shape)  # uniform over -32768 .. 32767
-    keep = numbers >= dropped_levels - _LEVELS // 2
-    return keep, _LEVELS / (_LEVELS - dropped_levels)
+    bits = torch.empty((count + 3) // 4, dtype=torch.int64, device=device).random_().bitwise_left_shift_(1)
+    # 16-bit numbers, three uniform over all 65536 values and one over the even ones: below 2 * dropped - 32768
+    # with probability dropped / 32768 each
+    mask = torch.empty(4 * len(bits), dtype=dtype, device=device)
+    torch.ge(bits.view(torch.int16), 2 * dropped - _LEVELS, out=mask)
+    mask = mask[:count].view(shape)
+    scale = _LEVELS / (_LEVELS - dropped)
+    return (mask.mul_(scale), 1.0) if dtype in _SCALED_MASK_DTYPES else (mask, scale)
 
 
 class _MaskedScale(torch.autograd.Function):
-    """x * keep * scale, keeping only the bool mask for backward (as native dropout does)."""
+    """x * mask * scale (scale 1: a mask that carries it), keeping only the mask for backward."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, keep: torch.Tensor, scale: float) -> torch.Tensor:
-        ctx.save_for_backward(keep)
+    def forward(ctx, x: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+        ctx.save_for_backward(mask)
         ctx.scale = scale
-        return x * keep * scale
+        return _apply(x, mask, scale)
 
     @staticmethod
     def backward(ctx, grad_output: torch.Tensor):
-        (keep,) = ctx.saved_tensors
-        return grad_output * keep * ctx.scale, None, None
+        (mask,) = ctx.saved_tensors
+        return _apply(grad_output, mask, ctx.scale), None, None
+
+
+def _apply(x: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+    out = x * mask
+    return out if scale == 1.0 else out.mul_(scale)
 
 
 def fast_dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
@@ -57,8 +76,8 @@ def fast_dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tens
         return x
     if x.device.type != "cpu" or round(p * _LEVELS) == _LEVELS:
         return nn.functional.dropout(x, p, training)
-    keep, scale = _keep_mask(x.shape, p, x.device)
-    return _MaskedScale.apply(x, keep, scale)
+    mask, scale = keep_mask(x.shape, p, x.dtype, x.device)
+    return _MaskedScale.apply(x, mask, scale)
 
 
 class FastDropout(nn.Dropout):
