@@ -31,7 +31,7 @@ ATTENTION_NAME = "sdpa_fast_dropout"
 _SCALED_MASK_DTYPES = (torch.float32, torch.float64)
 
 
-def keep_mask(shape: torch.Size, p: float, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, float]:
+def _keep_mask(shape: torch.Size, p: float, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, float]:
     """(mask, scale): a `dtype` mask that keeps each element with probability 1 - q, q = round(p * 32768) / 32768,
     and the survivors' scale 1 / (1 - q). The mask holds 0 / scale where `dtype` multiplies by the scale in its own
     precision (fp32), else 0 / 1 and the caller multiplies by `scale` (bf16 and fp16 do that in fp32: rounding the
@@ -76,7 +76,7 @@ def fast_dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tens
         return x
     if x.device.type != "cpu" or round(p * _LEVELS) == _LEVELS:
         return nn.functional.dropout(x, p, training)
-    mask, scale = keep_mask(x.shape, p, x.dtype, x.device)
+    mask, scale = _keep_mask(x.shape, p, x.dtype, x.device)
     return _MaskedScale.apply(x, mask, scale)
 
 
