@@ -371,7 +371,7 @@ class SentCLTrainingArguments(TrainingArguments):
     )
     fast_dropout: bool = field(
         default=True,
-        # 15 random bits per element, p rounded to a multiple of 1/32768; ~20-30% faster bf16 steps on CPU. GPU
+        # 16 random bits per element, p rounded to a multiple of 1/65536; ~20-30% faster bf16 steps on CPU. GPU
         # dropout is fused already.
         metadata={
             "help": "On CPU, draw the backbone's dropout masks in bulk instead of with torch's per-element sampler "
