@@ -233,6 +233,26 @@ def step(trainer, inputs, mini_batch_size, seed=7):
     return loss.detach(), gradients(trainer.model)
 
 
+def loss_with_fixed_draws(trainer, model, metric: str | None = None, seed: int = 0) -> float:
+    """The trainer's loss on all its training examples as one batch with the random draws of `seed` (dropout masks,
+    SG's sampled layers), or with `metric` that component of it as the trainer records it (SG's `contrastive_loss`).
+    Compared before and after training it shows what the weights learned; the logged losses of a few tiny steps
+    mostly show the luck of their draws."""
+    recorded = {}
+    if metric:
+        trainer.record_metrics = recorded.update
+    try:
+        batch = trainer.data_collator([trainer.train_dataset[i] for i in range(len(trainer.train_dataset))])
+        model.train()
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            loss = trainer.compute_loss(model, batch)
+    finally:
+        if metric:
+            del trainer.record_metrics
+    return float(recorded[metric] if metric else loss)
+
+
 def assert_same(first, second, atol=1e-5, relative=1e-3):
     """Equal losses and gradients: max |difference| below `atol`, and below `relative` x the largest gradient."""
     (loss_a, grads_a), (loss_b, grads_b) = first, second

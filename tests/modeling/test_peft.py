@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from datasets import Dataset
-from helpers import random_sentences
+from helpers import loss_with_fixed_draws, random_sentences
 from peft import PeftModel
 from safetensors import safe_open
 from torch import nn
@@ -51,16 +51,6 @@ def make_trainer(encoder, tmp_path, trainer_class, config_class, steps=4, **over
     )
     return trainer_class(model=encoder, args=config_class(**settings), train_dataset=dataset,
                          data_collator=ViewCollator(encoder.tokenizer))
-
-
-def loss_with_fixed_masks(trainer, encoder) -> float:
-    """The trainer's loss on its 8 training sentences with the dropout masks of seed 0: compared before and after
-    training it shows what the weights learned (the logged losses of a few steps mostly show the masks' luck)."""
-    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(len(trainer.train_dataset))])
-    encoder.train()
-    torch.manual_seed(0)
-    with torch.no_grad():
-        return trainer.compute_loss(encoder, batch).item()
 
 
 def snapshot(module):
@@ -134,13 +124,13 @@ def test_simcse_trains_only_the_adapters_and_head(tiny_bert_dir, tmp_path):
     assert 0 < counts["trainable_percent"] < 20
     before = snapshot(encoder)
     trainer = make_trainer(encoder, tmp_path, SimCSETrainer, SimCSEConfig, steps=6)
-    loss_before = loss_with_fixed_masks(trainer, encoder)
+    loss_before = loss_with_fixed_draws(trainer, encoder)
     trainer.train()
     after = snapshot(encoder)
     changed = {k for k in after if not torch.equal(after[k], before[k])}
     assert changed and all("lora_" in k or k.startswith("head.") for k in changed)
     assert any("lora_B" in k for k in changed)
-    assert loss_with_fixed_masks(trainer, encoder) < loss_before
+    assert loss_with_fixed_draws(trainer, encoder) < loss_before
 
 
 # ------------------------------------------------------------------------------------------ SG + LoRA

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 from datasets import Dataset
-from helpers import random_sentences
+from helpers import loss_with_fixed_draws, random_sentences
 from safetensors import safe_open
 from torch import nn
 from transformers import EarlyStoppingCallback
@@ -218,23 +218,6 @@ def snapshot(module):
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
-def contrastive_loss_with_fixed_draws(trainer, encoder) -> float:
-    """The contrastive term on all the training sentences with the dropout masks and layer choices of seed 0:
-    compared before and after training it shows what the weights learned (the logged losses of a few steps mostly
-    show the luck of their draws)."""
-    recorded = {}
-    trainer.record_metrics = recorded.update
-    try:
-        batch = trainer.data_collator([trainer.train_dataset[i] for i in range(len(trainer.train_dataset))])
-        encoder.train()
-        torch.manual_seed(0)
-        with torch.no_grad():
-            trainer.compute_loss(encoder, batch)
-    finally:
-        del trainer.record_metrics
-    return float(recorded["contrastive_loss"])
-
-
 def test_setup_frozen_copy_embeddings_head_and_regularizer_at_step_0(tiny_bert_dir, tmp_path):
     """BERT_F: a clone outside the model, no gradients, eval mode; BERT_T's layer 0 frozen; the head is a
     training-only submodule; the regularizer is exactly zero before the first step."""
@@ -255,12 +238,12 @@ def test_setup_frozen_copy_embeddings_head_and_regularizer_at_step_0(tiny_bert_d
 @pytest.mark.slow
 @pytest.mark.parametrize("objective", ["sg-opt", "sg", "opt1", "opt2"])
 def test_training_steps(tiny_bert_dir, tmp_path, objective):
-    """A few steps on the same batch: the loss under fixed draws falls, BERT_T's transformer layers and the head change, its embedding
-    layer and the frozen copy stay bit-identical, BERT_F runs once per step without autograd, and the logged
-    regularizer is 0 at step 1 and positive afterwards."""
+    """A few steps on the same batch: the contrastive loss under fixed draws falls, BERT_T's transformer layers and
+    the head change, its embedding layer and the frozen copy stay bit-identical, BERT_F runs once per step without
+    autograd, and the logged regularizer is 0 at step 1 and positive afterwards."""
     encoder, trainer = make_trainer(tiny_bert_dir, tmp_path, n=8, num_train_epochs=10, objective=objective)
     frozen_before, tuned_before = snapshot(trainer.frozen_backbone), snapshot(encoder)
-    loss_before = contrastive_loss_with_fixed_draws(trainer, encoder)
+    loss_before = loss_with_fixed_draws(trainer, encoder, "contrastive_loss")
     calls = []
     trainer.frozen_backbone.register_forward_hook(
         lambda module, args, kwargs, output: calls.append((torch.is_grad_enabled(), len(output.hidden_states))),
@@ -279,7 +262,7 @@ def test_training_steps(tiny_bert_dir, tmp_path, objective):
     logs = [h for h in trainer.state.log_history if "loss" in h]
     assert logs[0]["param_distance"] == 0.0 and logs[-1]["param_distance"] > 0
     assert logs[-1]["loss"] == pytest.approx(logs[-1]["contrastive_loss"] + 0.1 * logs[-1]["param_distance"], rel=1e-3)
-    assert contrastive_loss_with_fixed_draws(trainer, encoder) < loss_before
+    assert loss_with_fixed_draws(trainer, encoder, "contrastive_loss") < loss_before
 
 
 def test_frozen_views_do_not_depend_on_padding(tiny_bert_dir, tmp_path):
