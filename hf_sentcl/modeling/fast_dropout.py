@@ -60,15 +60,15 @@ class _MaskedScale(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
         ctx.save_for_backward(mask)
         ctx.scale = scale
-        return _apply(x, mask, scale)
+        return _mask_and_scale(x, mask, scale)
 
     @staticmethod
     def backward(ctx, grad_output: torch.Tensor):
         (mask,) = ctx.saved_tensors
-        return _apply(grad_output, mask, ctx.scale), None, None
+        return _mask_and_scale(grad_output, mask, ctx.scale), None, None
 
 
-def _apply(x: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+def _mask_and_scale(x: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
     out = x * mask
     return out if scale == 1.0 else out.mul_(scale)
 
