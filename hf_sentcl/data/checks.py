@@ -2,10 +2,10 @@
 drop (`DataCleaning`, reported in results.json under `train.data_cleaning`).
 
 One pass over the file's bytes (`scan_data_file`, cached per file version, so the check before the model loads and
-the loading itself read the file once; a .txt corpus is read in blocks of whole lines, never held whole) finds every
-defect; then each defect is either repaired or dropped, with a
-count, or refused with the file and the 1-based line named. A line is a physical line: `\\n`, `\\r\\n` or a lone `\\r`
-ends one (as Python's `open`, `datasets` and `pandas` read them). Per defect, and why:
+the loading itself read the file once; .txt, .csv/.tsv and .jsonl files are read in blocks of whole lines, never held
+whole, their rows never kept as Python objects) finds every defect; then each defect is either repaired or dropped,
+with a count, or refused with the file and the 1-based line named. A line is a physical line: `\\n`, `\\r\\n` or a
+lone `\\r` ends one (as Python's `open`, `datasets` and `pandas` read them). Per defect, and why:
 
 - **invalid UTF-8 bytes** (.txt, .csv, .tsv): each bad sequence is replaced by U+FFFD and the lines are counted
   (`invalid_utf8_lines_repaired`): a few corrupt bytes in a million-line scraped corpus should not cost the run.
@@ -50,6 +50,8 @@ import json
 import logging
 import os
 import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from operator import itemgetter
@@ -253,8 +255,15 @@ def _scan(path_text: str, mtime_ns: int, size: int, label: str) -> FileScan:
             f"{', '.join('.' + s for s in FILE_BUILDERS)}."
         )
     builder = FILE_BUILDERS[suffix]
-    if builder == "text":
-        return _scan_text(path, label)
+    delimiter = "\t" if suffix == "tsv" else ","
+    try:
+        if builder == "text":
+            return _TextScan().of(path, label)
+        if builder == "csv":
+            return _TableScan(delimiter=delimiter).of(path, label)
+        return _JsonLinesScan().of(path, label)
+    except _ReadWhole:  # a JSON list, or a CSV refused for its quotes: read whole, for the parser and the lines
+        pass
     data = path.read_bytes()
     text, bad_bytes = _decode(data)
     ends = _LineEnds(data)
@@ -290,7 +299,7 @@ def _scan(path_text: str, mtime_ns: int, size: int, label: str) -> FileScan:
     if ends.returns > ends.crlf:  # `csv` reads CRLF itself, but a lone CR outside its count of lines
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     if builder == "csv":
-        scan = _scan_table(path, label, text, "\t" if suffix == "tsv" else ",", **common)
+        scan = _scan_table(path, label, text, delimiter, common)
     else:
         scan = _scan_json(path, label, text, **common)
     return _usable(scan)
@@ -321,11 +330,10 @@ def _split_lines(text: str, ends: _LineEnds, nul_lines: np.ndarray) -> list[str]
     return lines
 
 
-def _scan_text(path: Path, label: str) -> FileScan:
-    """A .txt file, one example per line, read in blocks of whole lines (`TEXT_BLOCK_BYTES`): a million-line corpus
-    is never held whole, so the scan's memory does not grow with the file (only one flag per line does). Blocks end
-    at a line end, which no multi-byte UTF-8 sequence contains, so each decodes as the whole file would."""
-    scan = _TextScan()
+def _blocks_of_lines(path: Path) -> Iterator[bytes]:
+    """The bytes of `path` in blocks of whole lines (`TEXT_BLOCK_BYTES`; a longer line comes whole), the last block
+    with or without its line end. A block ends at a line end, which no multi-byte UTF-8 sequence contains, so each
+    decodes as the whole file would."""
     with path.open("rb") as handle:
         carry = b""
         while True:
@@ -333,26 +341,31 @@ def _scan_text(path: Path, label: str) -> FileScan:
             data = carry + block
             if not block:  # end of file: the last line, with or without its line end
                 if data:
-                    scan.add(data)
-                break
+                    yield data
+                return
             cut = max(data.rfind(b"\n"), data.rfind(b"\r"))
             if cut == len(data) - 1 and data[cut] == 13:  # a CR that may start a CRLF split by the block end
                 cut = max(data.rfind(b"\n", 0, cut), data.rfind(b"\r", 0, cut))
             if cut < 0:
                 carry = data
                 continue
-            scan.add(data[: cut + 1])
+            yield data[: cut + 1]
             carry = data[cut + 1 :]
-    return scan.result(path, label)
 
 
-#: bytes read per block by the .txt scan (whole lines are scanned together; a longer line is read whole)
+#: bytes read per block by the scans of .txt, .csv/.tsv and .jsonl files (see `_blocks_of_lines`)
 TEXT_BLOCK_BYTES = 8 * 2**20
 
 
+class _ReadWhole(Exception):
+    """Raised by a block scan for a file it leaves to the whole-file scan (`_scan`)."""
+
+
 @dataclass
-class _TextScan:
-    """The running totals of `_scan_text` over blocks of whole lines."""
+class _BlockScan(ABC):
+    """The running totals of a scan over blocks of whole lines (`_blocks_of_lines`): a million-line corpus is never
+    held whole, so the scan's memory does not grow with the file beyond a few flags per line. Subclasses read each
+    block's text (`add`) and build the `FileScan` (`result`)."""
 
     lines: int = 0
     has_text: bool = False
@@ -362,11 +375,24 @@ class _TextScan:
     first_nul: int = 0
     returns: int = 0
     first_return: int = 0
-    blanks: list[np.ndarray] = field(default_factory=list)
-    long_texts: list[tuple[int, int, int, bool]] = field(default_factory=list)
 
-    def add(self, data: bytes) -> None:
+    def of(self, path: Path, label: str) -> FileScan:
+        """Scan every block of `path`, then check and build the result (ValueError as `_scan` words it)."""
+        for data in _blocks_of_lines(path):
+            self.add(data, path, label)
+        return _usable(self.result(path, label, self._checked_encoding(path, label)))
+
+    @abstractmethod
+    def add(self, data: bytes, path: Path, label: str) -> None:
         """Scan one block of whole lines (the last may lack its line end)."""
+
+    @abstractmethod
+    def result(self, path: Path, label: str, common: dict[str, tuple[int, int]]) -> FileScan:
+        """The `FileScan` of the whole file; `common`: the repaired defects (`_checked_encoding`)."""
+
+    def _text(self, data: bytes) -> tuple[str, _LineEnds, np.ndarray]:
+        """One block's text (bad sequences replaced), its line ends and the 0-based lines in it with NULs, counted
+        into the totals; `lines` is the caller's to advance."""
         text, bad_bytes = _decode(data)
         ends = _LineEnds(data)
         if bad_bytes:
@@ -385,13 +411,10 @@ class _TextScan:
             if not self.returns:
                 self.first_return = self.lines + ends.line_at(data.index(b"\r"))
             self.returns += ends.returns
-        lines = _split_lines(text, ends, nul_lines)
-        self.blanks.append(_blanks(lines))
-        self.long_texts += [(row + self.lines, *rest) for row, *rest in _long_texts(lines, 0)]
-        self.lines += len(lines)
+        return text, ends, nul_lines
 
-    def result(self, path: Path, label: str) -> FileScan:
-        """The `FileScan`, or ValueError when the file is not UTF-8 or holds no text (as `_scan` words them)."""
+    def _checked_encoding(self, path: Path, label: str) -> dict[str, tuple[int, int]]:
+        """The repaired defects' (lines, first line), or ValueError when the file is not UTF-8 or holds no text."""
         invalid = (0, 0)
         if self.first_bad is not None:
             bad = sum(map(len, self.bad_lines))
@@ -409,15 +432,108 @@ class _TextScan:
             raise ValueError(
                 f"{label} '{path}' has no usable training text ({state}); give a file with one example per line."
             )
+        return {"invalid_utf8": invalid, "nul": (self.nul_lines, self.first_nul),
+                "line_ends": (self.returns, self.first_return)}
+
+
+@dataclass
+class _TextScan(_BlockScan):
+    """A .txt file, one example per line."""
+
+    blanks: list[np.ndarray] = field(default_factory=list)
+    long_texts: list[tuple[int, int, int, bool]] = field(default_factory=list)
+
+    def add(self, data: bytes, path: Path, label: str) -> None:
+        text, ends, nul_lines = self._text(data)
+        lines = _split_lines(text, ends, nul_lines)
+        self.blanks.append(_blanks(lines))
+        self.long_texts += [(row + self.lines, *rest) for row, *rest in _long_texts(lines, 0)]
+        self.lines += len(lines)
+
+    def result(self, path: Path, label: str, common: dict[str, tuple[int, int]]) -> FileScan:
         blank = np.concatenate(self.blanks)
-        return _usable(FileScan(
-            path, label, "text", self.lines, self.lines - int(blank.sum()), ("text",),
-            invalid_utf8=invalid, nul=(self.nul_lines, self.first_nul), line_ends=(self.returns, self.first_return),
-            blank_cells=(blank,), blank_rows=blank, long_texts=tuple(self.long_texts),
-        ))
+        return FileScan(path, label, "text", self.lines, self.lines - int(blank.sum()), ("text",), **common,
+                        blank_cells=(blank,), blank_rows=blank, long_texts=tuple(self.long_texts))
 
 
-def _scan_table(path: Path, label: str, text: str, delimiter: str, **common) -> FileScan:
+@dataclass
+class _TableScan(_BlockScan):
+    """A .csv/.tsv file, parsed as `csv` (and pandas) do, each block of lines on its own: a training CSV holds one
+    row per line, so a well-formed file parses block by block as it does whole. A block whose rows are not its
+    lines (a quote left open, text after a closing quote) leaves the file to the whole-file scan, which refuses it
+    naming the lines."""
+
+    delimiter: str = ","
+    header: tuple[str, ...] | None = None
+    fields: list[np.ndarray] = field(default_factory=list)
+    columns: list[list[np.ndarray]] = field(default_factory=list)  # per column, per block: blank?
+    long_texts: list[tuple[int, int, int, bool]] = field(default_factory=list)
+    rows: int = 0  # below the header
+
+    def add(self, data: bytes, path: Path, label: str) -> None:
+        text, ends, _ = self._text(data)
+        if ends.returns > ends.crlf:  # `csv` reads CRLF itself, but a lone CR outside its count of lines
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        if self.header is None:
+            text = text.removeprefix("\ufeff")  # a byte-order mark (Excel's "UTF-8 CSV"), which pandas skips too
+        lines = text.count("\n") + (not text.endswith("\n"))
+        with _no_field_size_limit():
+            try:
+                rows = list(csv.reader(io.StringIO(text), delimiter=self.delimiter, strict=True))
+            except csv.Error:
+                raise _ReadWhole from None
+        if len(rows) != lines:
+            raise _ReadWhole
+        self.lines += ends.lines
+        if self.header is None:
+            self.header = tuple(name or f"Unnamed: {i}" for i, name in enumerate(rows[0])) if rows else ()
+            self.columns = [[] for _ in self.header]
+            rows = rows[1:]
+        fields, columns, long_texts = _table_cells(rows, len(self.header), "\x00" in text)
+        for blanks, column in zip(self.columns, columns):
+            blanks.append(column)
+        self.long_texts += [(row + self.rows, *rest) for row, *rest in long_texts]
+        self.fields.append(fields)
+        self.rows += len(rows)
+
+    def result(self, path: Path, label: str, common: dict[str, tuple[int, int]]) -> FileScan:
+        fields = np.concatenate(self.fields) if self.fields else np.zeros(0, dtype=np.int64)
+        columns = [np.concatenate(blanks) for blanks in self.columns]
+        return _table_scan(path, label, self.header or (), fields, columns, self.long_texts, None, self.delimiter,
+                           common)
+
+
+@dataclass
+class _JsonLinesScan(_BlockScan):
+    """A .jsonl file (or a .json file of JSON lines): its non-blank lines counted (its reader, pyarrow's, refuses
+    what it cannot parse). A JSON list is left to the whole-file scan: its parser needs it whole."""
+
+    records: int = 0
+    started: bool = False  # past the file's first non-blank character
+
+    def add(self, data: bytes, path: Path, label: str) -> None:
+        text, ends, _ = self._text(data)
+        if self.first_bad is not None:  # pyarrow cannot repair: refused at the first bad byte
+            line, byte = self.first_bad
+            raise ValueError(
+                f"{label} '{path}' is not UTF-8 text: line {line} has the byte {byte:#04x}, which is not valid "
+                "UTF-8. Convert the file to UTF-8 (e.g. `iconv -f latin1 -t utf-8`)."
+            )
+        text = text.replace("\x00", "")
+        if ends.returns > ends.crlf:
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        if not self.started and text.strip():
+            self.started = True
+            if text.lstrip().startswith("["):
+                raise _ReadWhole
+        self.records += sum(map(bool, map(str.strip, text.split("\n"))))
+        self.lines += ends.lines
+
+    def result(self, path: Path, label: str, common: dict[str, tuple[int, int]]) -> FileScan:
+        return FileScan(path, label, "json", self.records, self.records, **common)
+
+
+def _scan_table(path: Path, label: str, text: str, delimiter: str, common: dict[str, tuple[int, int]]) -> FileScan:
     """A .csv/.tsv file, parsed as `csv` (and pandas) do, with every row checked against the header line."""
     text = text.removeprefix("\ufeff")  # a byte-order mark (Excel's "UTF-8 CSV"), which pandas skips too
     lines = text.count("\n") + (not text.endswith("\n"))
@@ -429,19 +545,32 @@ def _scan_table(path: Path, label: str, text: str, delimiter: str, **common) -> 
             rows = list(csv.reader(io.StringIO(text), delimiter=delimiter))
             problem = _quote_problem(path, label, text, delimiter)
     header = tuple(name or f"Unnamed: {i}" for i, name in enumerate(rows[0])) if rows else ()
-    body = rows[1:]
-    fields = np.fromiter(map(len, body), dtype=np.int64, count=len(body))
-    width = len(header)
-    columns = []
-    long_texts = []
+    fields, columns, long_texts = _table_cells(rows[1:], len(header), bool(common["nul"][0]))
+    return _table_scan(path, label, header, fields, columns, long_texts, problem, delimiter, common)
+
+
+def _table_cells(rows: list[list[str]], width: int, nul: bool) -> tuple[np.ndarray, list[np.ndarray], list]:
+    """Rows below a header of `width` columns: each row's number of fields, each column's blank flag per row, and
+    the (row, column, characters, non-blank) of each overlong text. `nul`: the rows were parsed with NUL bytes (as
+    pandas does: a NUL before a quote makes it text), which do not count as text."""
+    fields = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    columns, long_texts = [], []
     for i in range(width):
-        values = list(map(itemgetter(i), body)) if fields.size == 0 or fields.min() > i else [
-            row[i] if len(row) > i else "" for row in body]
-        if common["nul"][0]:  # parsed with its NULs (as pandas does: a NUL before a quote makes it text), counted without
+        values = list(map(itemgetter(i), rows)) if fields.size == 0 or fields.min() > i else [
+            row[i] if len(row) > i else "" for row in rows]
+        if nul:
             values = [v.replace("\x00", "") for v in values]
         columns.append(_blanks(values))
         long_texts += _long_texts(values, i)
-    all_blank = np.logical_and.reduce(columns) if columns else np.ones(len(body), dtype=bool)
+    return fields, columns, long_texts
+
+
+def _table_scan(path: Path, label: str, header: tuple[str, ...], fields: np.ndarray, columns: list[np.ndarray],
+                long_texts: list, problem: str | None, delimiter: str, common: dict[str, tuple[int, int]]) -> FileScan:
+    """The `FileScan` of a .csv/.tsv file from its rows' cells (`_table_cells`), refused for `problem` (a quote's),
+    a header naming a column twice or a row with more fields than the header."""
+    width = len(header)
+    all_blank = np.logical_and.reduce(columns) if columns else np.ones(len(fields), dtype=bool)
     blank_rows = (fields == 0) | ((fields == 1) & (columns[0] if columns else True))
     if problem is None:
         problem = _header_problem(path, label, header)
@@ -452,19 +581,16 @@ def _scan_table(path: Path, label: str, text: str, delimiter: str, **common) -> 
             f"has {width} ({len(extra):,} row(s) like this): an unquoted '{delimiter}' inside a text? Quote such "
             "fields (\"a, b\") or remove the extra fields."
         )
-    return FileScan(path, label, "csv", len(body), len(body) - int(all_blank.sum()), header, problem,
-                    blank_cells=tuple(columns), blank_rows=blank_rows, long_texts=tuple(long_texts), **common)
+    return FileScan(path, label, "csv", len(fields), len(fields) - int(all_blank.sum()), header, problem, **common,
+                    blank_cells=tuple(columns), blank_rows=blank_rows, long_texts=tuple(long_texts))
 
 
 def _scan_json(path: Path, label: str, text: str, **common) -> FileScan:
-    """A .json list or .jsonl file: counted only (its reader, pyarrow's, refuses what it cannot parse)."""
-    if text.lstrip().startswith("["):
-        try:
-            count = len(json.loads(text))
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{label} '{path}': not valid JSON (line {err.lineno}: {err.msg}).") from None
-    else:
-        count = sum(map(bool, map(str.strip, text.split("\n"))))
+    """A .json list, counted (a file of JSON lines is `_JsonLinesScan`'s)."""
+    try:
+        count = len(json.loads(text))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{label} '{path}': not valid JSON (line {err.lineno}: {err.msg}).") from None
     return FileScan(path, label, "json", count, count, **common)
 
 
