@@ -2,14 +2,17 @@
 `datasets` cache: read, scan, clean and tokenise the file) and on a rerun that hits the tokenisation cache.
 
     HF_SENTCL_DATA=/path/to/senteval python benchmarks/corpus_scale.py --lines 10000,100000,1000000 \\
-        [--workdir /tmp/corpus_scale] [--recipe recipes/quickstart.yaml] [--output scale.json]
+        [--format txt|csv] [--workdir /tmp/corpus_scale] [--recipe recipes/quickstart.yaml] [--output scale.json]
 
 Each corpus is built from the shared Wikipedia subset (`$HF_SENTCL_DATA/../wiki1m_subset.txt`), its sentences
 repeated in order with " (i)" appended to line i, so every line is distinct (as in SimCSE's own million-line file,
-where duplicates are rare). Every measurement runs in a fresh Python process, which builds the run as `hf_sentcl.run`
+where duplicates are rare); `--format csv` writes the same sentences as a one-column CSV (header `text`, every field
+quoted), the form of a corpus exported from a table. Every measurement runs in a fresh Python process, which builds the run as `hf_sentcl.run`
 does (`pipeline.train.build_stage`: the recipe's model, the whole corpus as training data) and trains one step;
 it reports the seconds from its start to the end of that first step, split into the phases before it, and its
-peak resident set (`ru_maxrss`), with the resident set once the model is loaded for reference. The first run of a
+peak resident set: the larger of the building phase's (read before training starts: the corpus scan, loading and
+tokenising happen there) and the training step's (training restarts the high-water mark to measure its own peak,
+`hf_sentcl.trainers.callbacks.TrainingCostCallback`, so `ru_maxrss` at the end holds the step's only). The first run of a
 corpus uses an empty `HF_DATASETS_CACHE`; the rerun keeps it. Figures depend on the machine: quote them with the
 CPU, and compare sizes within one sitting.
 """
@@ -17,6 +20,7 @@ CPU, and compare sizes within one sitting.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import resource
@@ -30,13 +34,19 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def build_corpus(source: Path, lines: int, path: Path) -> Path:
-    """`lines` distinct lines: the source's sentences in order, repeated, line i ending with " (i)"."""
+    """`lines` distinct lines: the source's sentences in order, repeated, line i ending with " (i)"; a .csv `path`
+    gets them as the column `text`, every field quoted."""
     if path.is_file():
         return path
     sentences = [s.strip() for s in source.read_text(encoding="utf-8").splitlines() if s.strip()]
-    with path.open("w", encoding="utf-8") as out:
-        for i in range(lines):
-            out.write(f"{sentences[i % len(sentences)]} ({i})\n")
+    texts = (f"{sentences[i % len(sentences)]} ({i})" for i in range(lines))
+    with path.open("w", encoding="utf-8", newline="") as out:
+        if path.suffix == ".csv":
+            writer = csv.writer(out, quoting=csv.QUOTE_ALL, lineterminator="\n")
+            writer.writerow(["text"])
+            writer.writerows([text] for text in texts)
+        else:
+            out.writelines(f"{text}\n" for text in texts)
     return path
 
 
@@ -66,15 +76,35 @@ def child(recipe_path: str, train_file: str, output_dir: str) -> dict:
     imported = time.perf_counter() - started
     stage = pipeline_train.build_stage(recipe)
     built = time.perf_counter() - started
+    build_peak = high_water_mib()
     stage.trainer.train()
+    train_peak = high_water_mib()
     return {
         "imports_and_recipe_s": round(imported, 2),
         "build_s": round(built - imported, 2),  # model, corpus scan, loading, cleaning, tokenising, trainer
         "data_s": round(sum(data_seconds), 2),  # of which the training data
         "first_step_done_s": round(time.perf_counter() - started, 2),
         "examples": stage.num_examples,
-        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "peak_rss_mib": round(max(build_peak, train_peak), 1),
+        "build_peak_rss_mib": round(build_peak, 1),
+        "train_peak_rss_mib": round(train_peak, 1),
     }
+
+
+def peaks(run: dict) -> str:
+    return f"{run['peak_rss_mib']:,.0f} ({run['build_peak_rss_mib']:,.0f} / {run['train_peak_rss_mib']:,.0f})"
+
+
+def high_water_mib() -> float:
+    """The resident set's high-water mark since the process started or it was last restarted (Linux's VmHWM), in
+    MiB; `ru_maxrss` where /proc does not say."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def measure(recipe: str, corpus: Path, cache: Path, output_dir: Path) -> dict:
@@ -89,6 +119,7 @@ def measure(recipe: str, corpus: Path, cache: Path, output_dir: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lines", default="10000,100000,1000000", help="Corpus sizes, comma-separated.")
+    parser.add_argument("--format", choices=("txt", "csv"), default="txt", help="The corpus file's format.")
     parser.add_argument("--recipe", default=str(REPO / "recipes" / "quickstart.yaml"))
     parser.add_argument("--workdir", default="/tmp/hf_sentcl_corpus_scale")
     parser.add_argument("--output", default=None, help="Also write the measurements as JSON here.")
@@ -104,8 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     rows = []
     for lines in (int(n) for n in args.lines.split(",")):
-        corpus = build_corpus(source, lines, workdir / f"wiki_{lines}.txt")
-        cache = workdir / f"cache_{lines}"
+        corpus = build_corpus(source, lines, workdir / f"wiki_{lines}.{args.format}")
+        cache = workdir / f"cache_{lines}_{args.format}"
         shutil.rmtree(cache, ignore_errors=True)
         first = measure(args.recipe, corpus, cache, workdir / "run")
         rerun = measure(args.recipe, corpus, cache, workdir / "run")
@@ -114,13 +145,13 @@ def main(argv: list[str] | None = None) -> int:
               f"(data {first['data_s']:.1f} s), peak {first['peak_rss_mib']:,.0f} MiB; rerun "
               f"{rerun['first_step_done_s']:.1f} s (data {rerun['data_s']:.1f} s), peak {rerun['peak_rss_mib']:,.0f} MiB",
               flush=True)
-    print("\n| lines | first run: s to first step | of which data s | peak MiB | rerun: s to first step | of which data s "
-          "| peak MiB |")
+    print("\n| lines | first run: s to first step | of which data s | peak MiB (building / step) | rerun: s to first "
+          "step | of which data s | peak MiB (building / step) |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         f, g = r["first"], r["rerun"]
-        print(f"| {r['lines']:,} | {f['first_step_done_s']:.1f} | {f['data_s']:.1f} | {f['peak_rss_mib']:,.0f} | "
-              f"{g['first_step_done_s']:.1f} | {g['data_s']:.1f} | {g['peak_rss_mib']:,.0f} |")
+        print(f"| {r['lines']:,} | {f['first_step_done_s']:.1f} | {f['data_s']:.1f} | {peaks(f)} | "
+              f"{g['first_step_done_s']:.1f} | {g['data_s']:.1f} | {peaks(g)} |")
     if args.output:
         Path(args.output).write_text(json.dumps(rows, indent=2) + "\n")
     return 0
