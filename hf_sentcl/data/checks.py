@@ -484,7 +484,7 @@ class _TableScan(_BlockScan):
                 raise _ReadWhole from None
         if len(rows) != lines:
             raise _ReadWhole
-        self.lines += ends.lines
+        self.lines += lines
         if self.header is None:
             self.header = tuple(name or f"Unnamed: {i}" for i, name in enumerate(rows[0])) if rows else ()
             self.columns = [[] for _ in self.header]
