@@ -272,20 +272,13 @@ def _scan(path_text: str, mtime_ns: int, size: int, label: str) -> FileScan:
         lines_in_file = ends.lines
         bad_lines = np.unique(ends.line_of(bad_bytes))
         first = int(bad_lines[0]) + 1
-        if builder == "json" or len(bad_lines) > MAX_INVALID_UTF8_FRACTION * lines_in_file:
-            share = "" if builder == "json" else (
-                f" ({len(bad_lines):,} of {lines_in_file:,} lines have invalid bytes: more than "
-                f"{MAX_INVALID_UTF8_FRACTION:.0%}, so the file is in another encoding)")
-            raise ValueError(
-                f"{label} '{path}' is not UTF-8 text: line {first} has the byte {data[bad_bytes[0]]:#04x}, which is "
-                f"not valid UTF-8{share}. Convert the file to UTF-8 (e.g. `iconv -f latin1 -t utf-8`)."
-            )
+        if builder == "json":
+            raise _not_utf8(path, label, first, data[bad_bytes[0]])
+        if len(bad_lines) > MAX_INVALID_UTF8_FRACTION * lines_in_file:
+            raise _not_utf8(path, label, first, data[bad_bytes[0]], (len(bad_lines), lines_in_file))
         invalid = (len(bad_lines), first)
     if not text or text.isspace():
-        state = "empty" if not text else "blank lines only"
-        raise ValueError(
-            f"{label} '{path}' has no usable training text ({state}); give a file with one example per line."
-        )
+        raise _no_text(path, label, empty=not text)
     nul, nul_lines = (0, 0), np.zeros(0, dtype=np.int64)
     if "\x00" in text:
         nul_lines = np.unique(ends.line_of(np.flatnonzero(np.frombuffer(data, np.uint8) == 0)))
@@ -296,8 +289,7 @@ def _scan(path_text: str, mtime_ns: int, size: int, label: str) -> FileScan:
     common = {"invalid_utf8": invalid, "nul": nul, "line_ends": line_ends}
     if builder == "json" and nul[0]:
         text = text.replace("\x00", "")
-    if ends.returns > ends.crlf:  # `csv` reads CRLF itself, but a lone CR outside its count of lines
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = _lone_returns_as_newlines(text, ends)
     if builder == "csv":
         scan = _scan_table(path, label, text, delimiter, common)
     else:
@@ -328,6 +320,37 @@ def _split_lines(text: str, ends: _LineEnds, nul_lines: np.ndarray) -> list[str]
     for i in nul_lines:
         lines[i] = lines[i].replace("\x00", "")
     return lines
+
+
+def _not_utf8(path: Path, label: str, line: int, byte: int, share: tuple[int, int] | None = None) -> ValueError:
+    """The refusal of a file that is not UTF-8: `line` holds the first bad `byte`; `share`: (bad lines, lines) when
+    the file is refused for too many of them (a file that can be repaired otherwise)."""
+    why = "" if share is None else (
+        f" ({share[0]:,} of {share[1]:,} lines have invalid bytes: more than {MAX_INVALID_UTF8_FRACTION:.0%}, so "
+        "the file is in another encoding)")
+    return ValueError(f"{label} '{path}' is not UTF-8 text: line {line} has the byte {byte:#04x}, which is not valid "
+                      f"UTF-8{why}. Convert the file to UTF-8 (e.g. `iconv -f latin1 -t utf-8`).")
+
+
+def _no_text(path: Path, label: str, empty: bool) -> ValueError:
+    state = "empty" if empty else "blank lines only"
+    return ValueError(f"{label} '{path}' has no usable training text ({state}); give a file with one example per line.")
+
+
+def _lone_returns_as_newlines(text: str, ends: _LineEnds) -> str:
+    """`text` with its line ends as LF where it has lone CRs (`csv` reads CRLF itself, but a lone CR outside its
+    count of lines; the JSON-lines count splits at LF)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n") if ends.returns > ends.crlf else text
+
+
+def _line_count(text: str) -> int:
+    """Physical lines of LF-ended `text`, a last line without its LF included."""
+    return text.count("\n") + (not text.endswith("\n"))
+
+
+def _header(rows: list[list[str]]) -> tuple[str, ...]:
+    """A table's column names from its first row, an empty name read as pandas does (`Unnamed: i`)."""
+    return tuple(name or f"Unnamed: {i}" for i, name in enumerate(rows[0])) if rows else ()
 
 
 def _blocks_of_lines(path: Path) -> Iterator[bytes]:
@@ -420,18 +443,10 @@ class _BlockScan(ABC):
             bad = sum(map(len, self.bad_lines))
             line, byte = self.first_bad
             if bad > MAX_INVALID_UTF8_FRACTION * self.lines:
-                raise ValueError(
-                    f"{label} '{path}' is not UTF-8 text: line {line} has the byte {byte:#04x}, which is not valid "
-                    f"UTF-8 ({bad:,} of {self.lines:,} lines have invalid bytes: more than "
-                    f"{MAX_INVALID_UTF8_FRACTION:.0%}, so the file is in another encoding). Convert the file to UTF-8 "
-                    "(e.g. `iconv -f latin1 -t utf-8`)."
-                )
+                raise _not_utf8(path, label, line, byte, (bad, self.lines))
             invalid = (bad, line)
         if not self.has_text:
-            state = "empty" if not self.lines else "blank lines only"
-            raise ValueError(
-                f"{label} '{path}' has no usable training text ({state}); give a file with one example per line."
-            )
+            raise _no_text(path, label, empty=not self.lines)
         return {"invalid_utf8": invalid, "nul": (self.nul_lines, self.first_nul),
                 "line_ends": (self.returns, self.first_return)}
 
@@ -472,11 +487,10 @@ class _TableScan(_BlockScan):
 
     def add(self, data: bytes, path: Path, label: str) -> None:
         text, ends, _ = self._text(data)
-        if ends.returns > ends.crlf:  # `csv` reads CRLF itself, but a lone CR outside its count of lines
-            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        text = _lone_returns_as_newlines(text, ends)
         if self.header is None:
             text = text.removeprefix("\ufeff")  # a byte-order mark (Excel's "UTF-8 CSV"), which pandas skips too
-        lines = text.count("\n") + (not text.endswith("\n"))
+        lines = _line_count(text)
         with _no_field_size_limit():
             try:
                 rows = list(csv.reader(io.StringIO(text), delimiter=self.delimiter, strict=True))
@@ -486,7 +500,7 @@ class _TableScan(_BlockScan):
             raise _ReadWhole
         self.lines += lines
         if self.header is None:
-            self.header = tuple(name or f"Unnamed: {i}" for i, name in enumerate(rows[0])) if rows else ()
+            self.header = _header(rows)
             self.columns = [[] for _ in self.header]
             rows = rows[1:]
         fields, columns, long_texts = _table_cells(rows, len(self.header), "\x00" in text)
@@ -514,20 +528,14 @@ class _JsonLinesScan(_BlockScan):
     def add(self, data: bytes, path: Path, label: str) -> None:
         text, ends, _ = self._text(data)
         if self.first_bad is not None:  # pyarrow cannot repair: refused at the first bad byte
-            line, byte = self.first_bad
-            raise ValueError(
-                f"{label} '{path}' is not UTF-8 text: line {line} has the byte {byte:#04x}, which is not valid "
-                "UTF-8. Convert the file to UTF-8 (e.g. `iconv -f latin1 -t utf-8`)."
-            )
-        text = text.replace("\x00", "")
-        if ends.returns > ends.crlf:
-            text = text.replace("\r\n", "\n").replace("\r", "\n")
+            raise _not_utf8(path, label, *self.first_bad)
+        text = _lone_returns_as_newlines(text.replace("\x00", ""), ends)
         if not self.started and text.strip():
             self.started = True
             if text.lstrip().startswith("["):
                 raise _ReadWhole
         self.records += sum(map(bool, map(str.strip, text.split("\n"))))
-        self.lines += ends.lines
+        self.lines += _line_count(text)
 
     def result(self, path: Path, label: str, common: dict[str, tuple[int, int]]) -> FileScan:
         return FileScan(path, label, "json", self.records, self.records, **common)
@@ -536,7 +544,7 @@ class _JsonLinesScan(_BlockScan):
 def _scan_table(path: Path, label: str, text: str, delimiter: str, common: dict[str, tuple[int, int]]) -> FileScan:
     """A .csv/.tsv file, parsed as `csv` (and pandas) do, with every row checked against the header line."""
     text = text.removeprefix("\ufeff")  # a byte-order mark (Excel's "UTF-8 CSV"), which pandas skips too
-    lines = text.count("\n") + (not text.endswith("\n"))
+    lines = _line_count(text)
     with _no_field_size_limit():
         try:
             rows = list(csv.reader(io.StringIO(text), delimiter=delimiter, strict=True))
@@ -544,7 +552,7 @@ def _scan_table(path: Path, label: str, text: str, delimiter: str, common: dict[
         except csv.Error:
             rows = list(csv.reader(io.StringIO(text), delimiter=delimiter))
             problem = _quote_problem(path, label, text, delimiter)
-    header = tuple(name or f"Unnamed: {i}" for i, name in enumerate(rows[0])) if rows else ()
+    header = _header(rows)
     fields, columns, long_texts = _table_cells(rows[1:], len(header), bool(common["nul"][0]))
     return _table_scan(path, label, header, fields, columns, long_texts, problem, delimiter, common)
 
