@@ -3,7 +3,7 @@
     HF_SENTCL_DATA=/path/to/senteval python benchmarks/method_cost.py --rounds 3 [--steps 20] [--threads N]
         [--methods simcse,ifm,byop-c,byop-d,sg,sg-opt,consert,clear] [--precision bf16] [--output cost.json]
 
-Every method trains from its own MiniLM recipe (SimCSE: recipes/quickstart.yaml, [CLS] + MLP head; IFM (p-n+, m 0.1,
+Every method trains from its own MiniLM recipe (SimCSE: recipes/quickstart.yaml, mean pooling, no head; IFM (p-n+, m 0.1,
 multi-task), BYOP-C (n-, m 0.01) and BYOP-D (n-, dynamic margin): recipes/byop_minilm.yaml; SG and SG-OPT:
 recipes/sg_opt_minilm.yaml with `objective: sg` / `sg-opt`, frozen copy, 4096-wide projection head; ConSERT:
 recipes/consert_minilm.yaml, shuffle + feature cutoff, no encoder dropout; CLEAR: recipes/clear_minilm.yaml,

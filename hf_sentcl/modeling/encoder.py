@@ -270,6 +270,8 @@ class SentenceEncoder(PreTrainedModel):
             self.backbone, self.config.unpadded, input_ids=input_ids, attention_mask=attention_mask,
             token_type_ids=token_type_ids, position_ids=position_ids, inputs_embeds=inputs_embeds,
             output_hidden_states=want_all,
+            # [CLS] pooling of the last layer reads one position: the last layer need not compute the others
+            first_token_only=not want_all and pooling_mode(pooling).token_pooling == "cls",
         )
         hidden_states = outputs.hidden_states if want_all else (outputs.last_hidden_state,)
         layer = self.config.pooling_layer if want_all else -1
