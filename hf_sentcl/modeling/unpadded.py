@@ -49,7 +49,10 @@ from functools import partial
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
+from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import BaseModelOutput
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.models.bert.modeling_bert import eager_attention_forward
 
 from hf_sentcl.modeling.compiled import compiled, runs_compiled
 from hf_sentcl.modeling.fast_dropout import attention_probabilities
@@ -442,6 +445,41 @@ def unpadded_forward(
     return BaseModelOutput(last_hidden_state=padded[-1], hidden_states=padded if states is not None else None)
 
 
+# ---------------------------------------------------------------------- the padded route, first positions only
+def padded_first_token_layer(layer: nn.Module, hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """One BERT layer's output at each sequence's first position, (b, 1, d), on the padded route: the query of
+    that position against every key and value, through the model's own attention function (`mask`: the layers'
+    4-D mask, or None), then the output and feed-forward blocks on b rows."""
+    self_attention = layer.attention.self
+    batch, length, _ = hidden.shape
+    per_head = (self_attention.num_attention_heads, self_attention.attention_head_size)
+    first = hidden[:, :1]
+    query = self_attention.query(first).view(batch, 1, *per_head).transpose(1, 2)
+    key, value = (m(hidden).view(batch, length, *per_head).transpose(1, 2)
+                  for m in (self_attention.key, self_attention.value))
+    attention = ALL_ATTENTION_FUNCTIONS.get_interface(self_attention.config._attn_implementation,
+                                                      eager_attention_forward)
+    context, _ = attention(self_attention, query, key, value, None if mask is None else mask[:, :, :1],
+                           dropout=self_attention.dropout.p if self_attention.training else 0.0,
+                           scaling=self_attention.scaling)
+    return _tail_of(layer)(layer, context.reshape(batch, 1, -1), first)
+
+
+def padded_first_token_forward(backbone: nn.Module, input_ids, attention_mask, token_type_ids=None,
+                               position_ids=None, inputs_embeds=None) -> BaseModelOutput:
+    """The backbone's padded forward with its last layer at the first positions only: `last_hidden_state` (b, 1,
+    d). Runs the embedding module and the layers as the backbone's own forward does (its 4-D mask from
+    transformers' `create_bidirectional_mask`); BERT-family backbones (`unsupported_reason` None) only."""
+    model = base_model(backbone)
+    hidden = model.embeddings(input_ids=input_ids, token_type_ids=token_type_ids, position_ids=position_ids,
+                              inputs_embeds=inputs_embeds)
+    mask = create_bidirectional_mask(config=model.config, inputs_embeds=hidden, attention_mask=attention_mask)
+    *lower, last = model.encoder.layer
+    for layer in lower:
+        hidden = layer(hidden, mask)
+    return BaseModelOutput(last_hidden_state=padded_first_token_layer(last, hidden, mask))
+
+
 # ---------------------------------------------------------------------- the CUDA varlen route
 def flattened_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids_start: int = 0,
                     tokens: RowMap | None = None) -> dict:
@@ -485,16 +523,22 @@ def run_backbone(backbone: nn.Module, unpadded: bool = True, *, input_ids=None, 
     """The backbone's forward by the route `backbone_route` picks (`unpadded=False`, or forward hooks on the
     backbone module itself: its own padded forward).
     Returns an output with padded `last_hidden_state` and (when asked) `hidden_states`. `first_token_only` (the
-    caller reads `last_hidden_state[:, 0]` only): the unpadded route computes that position alone in the last
-    layer and returns (b, 1, d); the other routes return every position."""
+    caller reads `last_hidden_state[:, 0]` only): the unpadded and padded routes of BERT-family backbones compute
+    that position alone in the last layer and return (b, 1, d); the flattened route and other backbones return
+    every position."""
     reference = input_ids if input_ids is not None else inputs_embeds
     route = backbone_route(backbone, reference.device, unpadded) if attention_mask is not None else "padded"
-    if backbone._forward_hooks or backbone._forward_pre_hooks:
+    own_forward = bool(backbone._forward_hooks or backbone._forward_pre_hooks)
+    if own_forward:
         route = "padded"  # hooks on the backbone expect its own forward to run
     if route == "unpadded" and attention_mask.sum() >= DENSE_SHARE * attention_mask.numel():
         route = "padded"  # almost no padding to skip (this route runs on the CPU: the host read is free)
     if route == "flattened" and (token_type_ids is not None or position_ids is not None or input_ids is None):
         route = "padded"  # the flattened batch carries its own positions and no token types
+    if (route == "padded" and first_token_only and not (own_forward or output_hidden_states)
+            and attention_mask is not None and unsupported_reason(backbone) is None):
+        return padded_first_token_forward(backbone, input_ids, attention_mask, token_type_ids, position_ids,
+                                          inputs_embeds)
     if route == "unpadded":
         return unpadded_forward(backbone, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                                 output_hidden_states, first_token_only)

@@ -186,7 +186,7 @@ def test_dropout_keeps_its_rate_on_real_tokens(tiny_bert_dir):
 def rows_seen(module: torch.nn.Module):
     """The row counts of the (tokens, d) inputs `module` sees inside the block."""
     rows = []
-    handle = module.register_forward_pre_hook(lambda m, args: rows.append(args[0].shape[0]))
+    handle = module.register_forward_pre_hook(lambda m, args: rows.append(args[0].shape[:-1].numel()))
     try:
         yield rows
     finally:
@@ -194,12 +194,14 @@ def rows_seen(module: torch.nn.Module):
 
 
 @pytest.mark.parametrize("mode", ["train", "eval"])
-def test_cls_pooling_runs_the_last_layer_on_first_positions_only(tiny_backbone_dir, mode):
+@pytest.mark.parametrize("route", ["unpadded", "padded"])
+def test_cls_pooling_runs_the_last_layer_on_first_positions_only(tiny_backbone_dir, mode, route):
     """[CLS] pooling reads one position of the last layer: its feed-forward block runs on one row per sentence,
-    the layers below on every packed token; mean pooling runs it on every token."""
+    the layers below on every token (packed, or padded positions on the padded route); mean pooling runs it on
+    every token."""
     batch_rows = {}
     for pooling in ("cls", "cls_before_pooler", "mean"):
-        encoder = SentenceEncoder.from_backbone(str(tiny_backbone_dir), pooling=pooling)
+        encoder = SentenceEncoder.from_backbone(str(tiny_backbone_dir), pooling=pooling, unpadded=route == "unpadded")
         getattr(encoder, mode)()
         batch = mixed_batch(encoder)
         layers = encoder.transformer_layers()
@@ -233,6 +235,40 @@ def test_first_token_layer_equals_the_full_layer_at_the_first_position(tiny_back
     with pytest.raises(ValueError, match="hidden_states"):
         unpadded_forward(encoder.backbone, batch["input_ids"], batch["attention_mask"], output_hidden_states=True,
                          first_token_only=True)
+
+
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+@pytest.mark.parametrize("padding", ["mixed", "left", "none"])
+def test_padded_first_token_forward_equals_the_backbones_own(tiny_backbone_dir, attention, padding):
+    """The padded route's [CLS] shortcut against the backbone's own full forward: the first position's state and
+    every parameter's gradient through it (training mode, dropout 0), and the state in eval mode (SDPA); batches
+    with right padding, left padding, and none (SDPA's mask is then None)."""
+    encoder = SentenceEncoder.from_backbone(str(tiny_backbone_dir), pooling="cls", attn_implementation=attention,
+                                            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    use_fast_dropout(encoder)
+    batch = mixed_batch(encoder)
+    if padding == "left":
+        batch = {key: torch.stack([row.roll(int((mask == 0).sum())) for row, mask in
+                                   zip(value, batch["attention_mask"])]) for key, value in batch.items()}
+    elif padding == "none":
+        batch = {key: value[:, :3] for key, value in batch.items()}
+        assert batch["attention_mask"].all()
+    weights = torch.linspace(-1, 1, encoder.config.backbone_config.hidden_size)
+    for mode in ("train", "eval"):
+        getattr(encoder, mode)()
+        results = []
+        for run in (lambda: encoder.backbone(**batch).last_hidden_state[:, 0],
+                    lambda: unpadded.padded_first_token_forward(encoder.backbone, **batch).last_hidden_state[:, 0]):
+            encoder.zero_grad()
+            state = run()
+            (state * weights).sum().backward()
+            results.append((state.detach(), {n: p.grad.clone() for n, p in encoder.named_parameters()
+                                             if p.grad is not None}))
+        (own, own_grads), (first, first_grads) = results
+        assert (own - first).abs().max().item() <= TOLERANCE, mode
+        assert own_grads.keys() == first_grads.keys() and own_grads
+        scale = max(1.0, max(g.abs().max().item() for g in own_grads.values()))  # as in `_max_differences`
+        assert max((own_grads[k] - first_grads[k]).abs().max().item() for k in own_grads) / scale <= TOLERANCE, mode
 
 
 # ---------------------------------------------------------------------- routes
