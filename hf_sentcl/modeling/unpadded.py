@@ -17,7 +17,8 @@ tensor, and only the attention product sees the padded shape:
 When the caller reads only each sequence's first position of the last layer ([CLS] pooling, `first_token_only`),
 the last layer computes keys and values for every token but the attention product, output projection and
 feed-forward block for one row per sequence (`first_token_layer`): for a 6-layer MiniLM that skips about an eighth
-of the encoder's GEMM work, for a 12-layer BERT about a sixteenth.
+of the encoder's GEMM work, for a 12-layer BERT about a sixteenth. The padded route does the same for BERT-family
+backbones (`padded_first_token_forward`).
 
 It calls the backbone's own modules (their parameters, hooks-free forwards, `FastDropout` where it is installed,
 LoRA layers inside a PEFT model), so weights, saving and export are unaffected, and the math is the padded path's
