@@ -96,15 +96,12 @@ def peaks(run: dict) -> str:
 
 
 def high_water_mib() -> float:
-    """The resident set's high-water mark since the process started or it was last restarted (Linux's VmHWM), in
-    MiB; `ru_maxrss` where /proc does not say."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """The resident set's high-water mark since the process started or it was last restarted (Linux's VmHWM, read
+    as the training-cost callback reads it), in MiB; `ru_maxrss` where /proc does not say."""
+    from hf_sentcl.trainers.callbacks import _peak_rss_bytes  # the child has imported the pipeline by now
+
+    peak = _peak_rss_bytes()
+    return peak / 2**20 if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def measure(recipe: str, corpus: Path, cache: Path, output_dir: Path) -> dict:

@@ -491,11 +491,10 @@ class _TableScan(_BlockScan):
         if self.header is None:
             text = text.removeprefix("\ufeff")  # a byte-order mark (Excel's "UTF-8 CSV"), which pandas skips too
         lines = _line_count(text)
-        with _no_field_size_limit():
-            try:
-                rows = list(csv.reader(io.StringIO(text), delimiter=self.delimiter, strict=True))
-            except csv.Error:
-                raise _ReadWhole from None
+        try:
+            rows = _strict_rows(text, self.delimiter)
+        except csv.Error:
+            raise _ReadWhole from None
         if len(rows) != lines:
             raise _ReadWhole
         self.lines += lines
@@ -547,7 +546,7 @@ def _scan_table(path: Path, label: str, text: str, delimiter: str, common: dict[
     lines = _line_count(text)
     with _no_field_size_limit():
         try:
-            rows = list(csv.reader(io.StringIO(text), delimiter=delimiter, strict=True))
+            rows = _strict_rows(text, delimiter)
             problem = None if len(rows) == lines else _quote_problem(path, label, text, delimiter)
         except csv.Error:
             rows = list(csv.reader(io.StringIO(text), delimiter=delimiter))
@@ -555,6 +554,12 @@ def _scan_table(path: Path, label: str, text: str, delimiter: str, common: dict[
     header = _header(rows)
     fields, columns, long_texts = _table_cells(rows[1:], len(header), bool(common["nul"][0]))
     return _table_scan(path, label, header, fields, columns, long_texts, problem, delimiter, common)
+
+
+def _strict_rows(text: str, delimiter: str) -> list[list[str]]:
+    """The rows of CSV `text` as `csv` parses them, any field size allowed; csv.Error on a malformed quote."""
+    with _no_field_size_limit():
+        return list(csv.reader(io.StringIO(text), delimiter=delimiter, strict=True))
 
 
 def _table_cells(rows: list[list[str]], width: int, nul: bool) -> tuple[np.ndarray, list[np.ndarray], list]:
