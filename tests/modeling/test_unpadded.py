@@ -32,6 +32,12 @@ def mixed_batch(encoder: SentenceEncoder, n: int = 7) -> dict[str, torch.Tensor]
     return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
 
 
+def left_padded(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The right-padded `batch` with each row's padding moved to its front."""
+    pads = (batch["attention_mask"] == 0).sum(dim=1).tolist()
+    return {key: torch.stack([row.roll(pad) for row, pad in zip(value, pads)]) for key, value in batch.items()}
+
+
 def embeddings_and_grads(encoder: SentenceEncoder, batch: dict, unpadded: bool):
     encoder.config.unpadded = unpadded
     encoder.zero_grad()
@@ -222,8 +228,7 @@ def test_first_token_layer_equals_the_full_layer_at_the_first_position(tiny_back
                                             attention_probs_dropout_prob=0.0)
     getattr(encoder, mode)()
     batch = mixed_batch(encoder)
-    left = {key: torch.stack([row.roll(int((mask == 0).sum())) for row, mask in zip(value, batch["attention_mask"])])
-            for key, value in batch.items()}
+    left = left_padded(batch)
     assert (left["attention_mask"][:, 0] == 0).any() and (left["attention_mask"][:, 0] == 1).any()
     for inputs in (batch, left):
         full = unpadded_forward(encoder.backbone, inputs["input_ids"], inputs["attention_mask"]).last_hidden_state
@@ -248,8 +253,7 @@ def test_padded_first_token_forward_equals_the_backbones_own(tiny_backbone_dir, 
     use_fast_dropout(encoder)
     batch = mixed_batch(encoder)
     if padding == "left":
-        batch = {key: torch.stack([row.roll(int((mask == 0).sum())) for row, mask in
-                                   zip(value, batch["attention_mask"])]) for key, value in batch.items()}
+        batch = left_padded(batch)
     elif padding == "none":
         batch = {key: value[:, :3] for key, value in batch.items()}
         assert batch["attention_mask"].all()
