@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -38,14 +39,28 @@ def launch_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def free_port() -> int:
+    """A TCP port free on this host now, for a launch's rendezvous: launches of parallel test workers (pytest -n)
+    must not meet on a config's fixed `main_process_port`."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def accelerate_launcher(config: str, processes: int = 2) -> list[str]:
+    """`accelerate launch --config_file recipes/accelerate_configs/<config>` for `processes` processes on a free
+    port, up to the launcher's own options and the script."""
+    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CONFIGS / config),
+            "--num_processes", str(processes), "--main_process_port", str(free_port())]
+
+
 def launch_command(config: str | None, processes: int = 2, launcher: tuple[str, ...] = ()) -> list[str]:
     """The command line up to the recipe: 1 process without a config, else `accelerate launch` with it and the
     `launcher` options."""
     if config is None:
         return [sys.executable, "-m", "hf_sentcl.run"]
     entry = [str(FSDP_HARNESS)] if config == "fsdp.yaml" else ["-m", "hf_sentcl.run"]
-    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CONFIGS / config),
-            "--num_processes", str(processes), *launcher, *entry]
+    return [*accelerate_launcher(config, processes), *launcher, *entry]
 
 
 def launch(config: str | None, recipe: str | Path, output: Path, *overrides: str, processes: int = 2,

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import random_sentences
-from launching import CONFIGS, REPO, launch_env, max_difference
+from launching import REPO, accelerate_launcher, launch_env, max_difference
 from safetensors.torch import load_file
 
 from hf_sentcl.common import exits
@@ -63,9 +63,8 @@ def recipe(tmp_path: Path, tiny_bert_dir: Path, senteval_dir: Path, processes: i
 
 
 def command(processes: int, recipe_path: Path, output: Path) -> list[str]:
-    launcher = [] if processes == 1 else [
-        "-m", "accelerate.commands.launch", "--config_file", str(CONFIGS / "multi_cpu.yaml"), "--num_processes", "2"]
-    return [sys.executable, *launcher, str(PROBE), str(recipe_path), "--output_dir", str(output)]
+    launcher = [sys.executable] if processes == 1 else accelerate_launcher("multi_cpu.yaml", processes)
+    return [*launcher, str(PROBE), str(recipe_path), "--output_dir", str(output)]
 
 
 def start(processes: int, recipe_path: Path, output: Path, probes: Path, pause: str = "") -> subprocess.Popen:

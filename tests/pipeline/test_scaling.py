@@ -15,14 +15,13 @@
 import json
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from helpers import random_sentences
 from launching import (
-    CONFIGS,
+    accelerate_launcher,
     cut_back,
     export_weights,
     failure,
@@ -59,8 +58,7 @@ def test_fsdp_config_on_cpu_is_refused_before_work(tmp_path, tiny_bert_dir, sent
     recipe = write_recipe(tmp_path, tiny_bert_dir, senteval_dir)
     start = time.monotonic()
     result = subprocess.run(  # the user's `-m hf_sentcl.run`, not the matrix's CPU FSDP harness
-        [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CONFIGS / "fsdp.yaml"),
-         "--num_processes", "2", "-m", "hf_sentcl.run", str(recipe), "--output_dir", str(tmp_path / "out")],
+        [*accelerate_launcher("fsdp.yaml"), "-m", "hf_sentcl.run", str(recipe), "--output_dir", str(tmp_path / "out")],
         capture_output=True, text=True, env=launch_env(), timeout=180)
     assert result.returncode != 0
     assert "exitcode  : 2" in result.stderr and "multi_cpu.yaml" in result.stderr

@@ -13,7 +13,6 @@ Run as a script, this file is the launched program: `FAIL_RANK`'s process fails 
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -22,12 +21,6 @@ import psutil  # accelerate's dependency
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.slow
@@ -49,9 +42,9 @@ def test_one_process_out_of_space_ends_both(tmp_path, tiny_bert_dir, senteval_di
     out = tmp_path / "out"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "FAIL_RANK": str(rank), "FAIL_FILE": target,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-               str(REPO / "recipes" / "accelerate_configs" / "multi_cpu.yaml"), "--num_processes", "2",
-               "--main_process_port", str(free_port()), __file__, str(recipe), "--output_dir", str(out)]
+    from launching import accelerate_launcher  # here: this file also runs as the launched script, without tests/
+
+    command = [*accelerate_launcher("multi_cpu.yaml"), __file__, str(recipe), "--output_dir", str(out)]
     launch = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     try:
         _, stderr = launch.communicate(timeout=150)  # about 15 s when nothing hangs
