@@ -57,10 +57,6 @@ def make_trainer(backbone_dir, tmp_path, n=16, inference_pooling=None, **overrid
     return encoder, trainer
 
 
-
-
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "backbone,pair",
