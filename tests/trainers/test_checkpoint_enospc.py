@@ -20,8 +20,6 @@ from pathlib import Path
 import psutil  # accelerate's dependency
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("rank", "target"), [(0, "model.safetensors"), (1, "rng_state_1.pth")])
@@ -40,10 +38,9 @@ def test_one_process_out_of_space_ends_both(tmp_path, tiny_bert_dir, senteval_di
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("".join(f"{k}: {v}\n" for k, v in values.items()))
     out = tmp_path / "out"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "FAIL_RANK": str(rank), "FAIL_FILE": target,
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    from launching import accelerate_launcher  # here: this file also runs as the launched script, without tests/
+    from launching import accelerate_launcher, launch_env  # here: this file also runs as the launched script
 
+    env = launch_env(FAIL_RANK=str(rank), FAIL_FILE=target)
     command = [*accelerate_launcher("multi_cpu.yaml"), __file__, str(recipe), "--output_dir", str(out)]
     launch = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     try:
