@@ -1,6 +1,6 @@
 """The package's shape, checked from its source with `ast` (imports inside functions count): no import cycle, no
-import from a lower layer to a higher one, no function over 60 lines, and few top-level modules.
-docs/architecture.md describes the layers."""
+import from a lower layer to a higher one, no function over 60 lines, few top-level modules, and no package that
+only one step of a run uses imported at the start of every process. docs/architecture.md describes the layers."""
 
 from __future__ import annotations
 
@@ -153,3 +153,58 @@ def test_every_command_has_a_module_with_main(command):
     from hf_sentcl.cli import COMMANDS
 
     assert callable(importlib.import_module(COMMANDS[command][0]).main)
+
+
+# ------------------------------------------------------------------------------------------------ start-up imports
+#: packages a run needs only in the step that uses them (plots, probes, MTEB files, the export's check): imported
+#: there, not by `import hf_sentcl.run`, whose start every process of every launch pays (about 1.8 s of 12 for
+#: matplotlib and scikit-learn on a 2-core AVX2 EPYC)
+DEFERRED_PACKAGES = ("matplotlib", "sklearn", "mteb", "sentence_transformers")
+
+
+def module_level_imports(path: Path, package: list[str]) -> set[str]:
+    """The modules `path` imports when it is imported: its top-level statements, `if`/`try` blocks included, less
+    `if TYPE_CHECKING:` blocks and function bodies."""
+    found: set[str] = set()
+    pending = list(ast.parse(path.read_text()).body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package[: len(package) - node.level + 1] + [node.module or ""]) if node.level else node.module
+            found.update([base, *(f"{base}.{alias.name}" for alias in node.names)])
+        elif isinstance(node, ast.If) and not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+            pending += node.body + node.orelse
+        elif isinstance(node, ast.Try):
+            pending += node.body + node.orelse + node.finalbody + [n for h in node.handlers for n in h.body]
+    return found
+
+
+def imported_at_start(entry: str) -> set[str]:
+    """Every module name (the package's and others') that importing `entry` imports, by module-level statements
+    followed through the package's modules and their parent packages."""
+    known = modules()
+    seen, names, pending = set(), set(), [entry]
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        parts = name.split(".")
+        pending += [".".join(parts[:k]) for k in range(1, len(parts)) if ".".join(parts[:k]) in known]
+        path = known[name]
+        for target in module_level_imports(path, parts if path.name == "__init__.py" else parts[:-1]):
+            names.add(target)
+            while target not in known and "." in target:
+                target = target.rsplit(".", 1)[0]
+            if target in known:
+                pending.append(target)
+    return names
+
+
+def test_a_process_start_does_not_import_what_one_step_uses():
+    imported = imported_at_start("hf_sentcl.run")
+    assert "hf_sentcl.evaluation.plots" in imported and "torch" in imported  # the walk follows the package
+    early = sorted(name for name in imported if name.split(".")[0] in DEFERRED_PACKAGES)
+    assert early == []

@@ -23,7 +23,6 @@ from itertools import chain
 import numpy as np
 import torch
 from datasets import Dataset
-from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 from tokenizers import decoders
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase
 
@@ -117,11 +116,14 @@ class WordNetSynonyms:
         self.wordnet = wordnet
         self.max_senses = max_senses
         self._cache: dict[Word, list[Word]] = {}
+        from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS  # only CLEAR's substitution pays its import
+
+        self.stop_words = ENGLISH_STOP_WORDS
 
     def words(self, text: str) -> list[str]:
         """Synonyms of one word as text (no tokenizer involved)."""
         word = text.strip()
-        if len(word) < MIN_WORD_LENGTH or not word.isalpha() or word.lower() in ENGLISH_STOP_WORDS:
+        if len(word) < MIN_WORD_LENGTH or not word.isalpha() or word.lower() in self.stop_words:
             return []
         found = [s for s in self.wordnet.synonyms(word, self.max_senses) if s.isalpha() and s.islower()]
         return [s.capitalize() for s in found] if word[0].isupper() else found

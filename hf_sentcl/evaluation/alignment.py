@@ -14,8 +14,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.spatial.distance import pdist
-from scipy.special import logsumexp
 
 from hf_sentcl.evaluation.sts import STSEvaluator
 
@@ -38,6 +36,9 @@ def uniformity(x: np.ndarray, t: float = 2.0) -> float:
     """log of the mean of exp(-t ||x_i - x_j||^2) over all pairs i < j, after L2 normalisation."""
     if len(x) < 2:
         raise ValueError(f"uniformity needs at least 2 embeddings, got {len(x)}.")
+    from scipy.spatial.distance import pdist  # scipy on first use, not in every process's start
+    from scipy.special import logsumexp
+
     squared = pdist(_normalize(x), metric="sqeuclidean")
     return float(logsumexp(-t * squared) - math.log(len(squared)))
 

@@ -29,8 +29,6 @@ from typing import Any
 
 import numpy as np
 from datasets import Dataset, load_dataset
-from scipy.stats import pearsonr, spearmanr
-from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 from hf_sentcl.common.logs import watched
 from hf_sentcl.common.stats import mean_pm_std, seed_stats
@@ -55,23 +53,32 @@ MRPC_DEV_SEED = 1234
 
 
 # ------------------------------------------------------------------------------------------------ metrics
+# scipy and scikit-learn are imported by the metric that uses them, not in every process's start (~0.6 s)
 def accuracy(labels: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
+    from sklearn.metrics import accuracy_score
+
     return {"accuracy": 100 * float(accuracy_score(labels, predictions))}
 
 
 def accuracy_and_f1(labels: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
     """MRPC and QQP: accuracy, F1 of the positive class, and their mean (GLUE's score)."""
+    from sklearn.metrics import accuracy_score, f1_score
+
     acc, f1 = 100 * float(accuracy_score(labels, predictions)), 100 * float(f1_score(labels, predictions))
     return {"accuracy": acc, "f1": f1, "score": (acc + f1) / 2}
 
 
 def matthews(labels: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
     """CoLA: Matthews correlation."""
+    from sklearn.metrics import matthews_corrcoef
+
     return {"matthews": 100 * float(matthews_corrcoef(labels, predictions))}
 
 
 def pearson_and_spearman(labels: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
     """STS-B: Pearson and Spearman correlation and their mean (GLUE's score)."""
+    from scipy.stats import pearsonr, spearmanr
+
     pearson = 100 * float(pearsonr(predictions, labels).statistic)
     spearman = 100 * float(spearmanr(predictions, labels).statistic)
     return {"pearson": pearson, "spearman": spearman, "score": (pearson + spearman) / 2}

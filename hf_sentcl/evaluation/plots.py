@@ -15,14 +15,15 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
 
 from hf_sentcl.common.layout import PLOTS_DIRNAME
 from hf_sentcl.evaluation.sts import STSEvaluator, cosine_rows, spearman_x100
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 TRAINING_CURVES = "training_curves.png"
 STS_SCATTER = "stsb_scatter.png"
@@ -33,6 +34,14 @@ PLOT_CAPTIONS = {
     "after training.",
 }
 DPI = 120
+
+
+def _figure(**kwargs: Any) -> Figure:
+    """A matplotlib `Figure` (no pyplot, no GUI backend). matplotlib is imported here, on the first plot: its 0.4 s
+    of import would otherwise be in the start of every process that imports the package."""
+    from matplotlib.figure import Figure
+
+    return Figure(layout="constrained", **kwargs)
 
 
 def _save(figure: Figure, path: str | os.PathLike) -> Path:
@@ -59,7 +68,7 @@ def plot_training_curves(history: Sequence[Mapping[str, Any]], path: str | os.Pa
     panels = [p for p, series in (("loss", loss), ("dev", dev), ("geometry", alignment)) if series[0]]
     if not panels:
         return None
-    figure = Figure(figsize=(4.2 * len(panels), 3.4), layout="constrained")
+    figure = _figure(figsize=(4.2 * len(panels), 3.4))
     axes = figure.subplots(1, len(panels), squeeze=False)[0]
     for ax, panel in zip(axes, panels):
         ax.set_xlabel("step")
@@ -109,7 +118,7 @@ def plot_sts_scatter(
     """
     if not predictions:
         return None
-    figure = Figure(figsize=(4.2 * len(predictions), 3.8), layout="constrained")
+    figure = _figure(figsize=(4.2 * len(predictions), 3.8))
     axes = figure.subplots(1, len(predictions), squeeze=False, sharey=True)[0]
     lowest = 0.0
     for ax, (label, values) in zip(axes, predictions.items()):
@@ -135,7 +144,7 @@ def plot_layer_heatmap(
     if scores.ndim != 2 or scores.shape[1] != len(poolings):
         raise ValueError(f"scores must be (layers, {len(poolings)}), got shape {scores.shape}.")
     layers = scores.shape[0]
-    figure = Figure(figsize=(1.3 * len(poolings) + 2.2, 0.42 * layers + 1.6), layout="constrained")
+    figure = _figure(figsize=(1.3 * len(poolings) + 2.2, 0.42 * layers + 1.6))
     ax = figure.subplots()
     image = ax.imshow(scores, cmap="viridis", aspect="auto", origin="lower")
     figure.colorbar(image, ax=ax, label="Spearman × 100")
@@ -149,6 +158,8 @@ def plot_layer_heatmap(
             value = scores[k, j]
             ax.text(j, k, f"{value:.1f}" if np.isfinite(value) else "n/a", ha="center", va="center", fontsize=8,
                     color="black" if not value <= middle else "white")
+    from matplotlib.patches import Rectangle
+
     best_layer, best_pooling = np.unravel_index(np.nanargmax(scores), scores.shape)
     ax.add_patch(Rectangle((best_pooling - 0.5, best_layer - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2))
     ax.set_title(title, fontsize=10)
@@ -169,7 +180,7 @@ def plot_fewshot_curve(
     sizes = sorted(points)
     means = np.array([points[n][0] for n in sizes])
     stds = np.array([points[n][1] for n in sizes])
-    figure = Figure(figsize=(5.4, 3.8), layout="constrained")
+    figure = _figure(figsize=(5.4, 3.8))
     ax = figure.subplots()
     ax.errorbar(sizes, means, yerr=stds, marker="o", markersize=4, capsize=3, color="tab:blue",
                 label="random subset (mean ± std over seeds)")

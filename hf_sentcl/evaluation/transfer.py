@@ -24,19 +24,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from joblib import Parallel, delayed
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import f1_score
-from sklearn.model_selection import StratifiedKFold
 from threadpoolctl import ThreadpoolController
 from tqdm.auto import tqdm
 
 from hf_sentcl.evaluation.sts import EncodedSentences, check_size, read_lines
 from hf_sentcl.hub.download import resolve_data_dir
+
+if TYPE_CHECKING:  # scikit-learn is imported where a probe is fitted, not in every process's start
+    from sklearn.linear_model import LogisticRegression
 
 logger = logging.getLogger("hf_sentcl")
 
@@ -230,6 +229,9 @@ def fit_probe(x: np.ndarray, y: np.ndarray, c: float, seed: int = SENTEVAL_SEED)
     strictly convex problem in a few steps (in float32 its Cholesky factorisation can fail on such features).
     One thread: the problems are small, and multi-threaded BLAS/OpenMP on them is slower, 10x so on a busy machine.
     """
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.linear_model import LogisticRegression
+
     with _threadpools().limit(limits=1):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
@@ -245,6 +247,8 @@ def _accuracy(model: LogisticRegression, x: np.ndarray, y: np.ndarray) -> float:
 
 
 def _folds(x: np.ndarray, y: np.ndarray, kfold: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    from sklearn.model_selection import StratifiedKFold
+
     _check_folds(y, kfold)
     return list(StratifiedKFold(n_splits=kfold, shuffle=True, random_state=seed).split(x, y))
 
@@ -403,6 +407,8 @@ class TransferEvaluator(EncodedSentences):
             sizes = {"ntrain": len(y["train"]), "ntest": len(y["test"])}
         scores: dict[str, Any] = {"acc": result.acc, "devacc": result.devacc, "C": result.c, **sizes}
         if task == "MRPC":
+            from sklearn.metrics import f1_score
+
             scores["f1"] = 100.0 * float(f1_score(y["test"], result.predictions))
         return scores
 
