@@ -63,8 +63,9 @@ quickstart: install
 	$(BIN)/python -m hf_sentcl.run recipes/quickstart.yaml $(QUICKSTART_ARGS)
 
 # Two pytest workers (pytest-xdist): most of the suite's time is the multi-process tests' interpreter starts (about
-# 14 s of imports per process on a 2-core AVX2 EPYC), which one worker leaves a core idle through. Every test sets
-# one intra-op thread (tests/conftest.py) and every launch its own free port, so the workers do not collide.
+# 10 s of imports per process on a 2-core AVX2 EPYC), which one worker leaves a core idle through. Every test sets
+# one intra-op thread (tests/conftest.py) and every launch its own free port, so the workers do not collide; the
+# longest tests come first (tests/conftest.py), so that the run does not end on one worker alone.
 # PYTEST_WORKERS=0 runs in one process; `auto` takes one worker per core.
 PYTEST_WORKERS ?= 2
 test: install $(BIN)/.deepspeed
