@@ -119,5 +119,4 @@ def pytest_collection_modifyitems(config, items):
     so the run ends on short tests instead of one worker alone in a 3-minute launch chain while the other idles (a
     fresh clone's run on a 2-core EPYC ended on about 3.5 minutes of one worker). The order within a module stays."""
     rank = {module: index for index, module in enumerate(LONGEST_FIRST)}
-    root = Path(str(config.rootpath))
-    items.sort(key=lambda item: rank.get(Path(str(item.path)).relative_to(root).as_posix(), len(rank)))
+    items.sort(key=lambda item: rank.get(item.path.relative_to(config.rootpath).as_posix(), len(rank)))

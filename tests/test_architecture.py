@@ -42,24 +42,35 @@ def modules() -> dict[str, Path]:
     return {module_name(p): p for p in PACKAGE.rglob("*.py")}
 
 
+def package_of(name: str, path: Path) -> list[str]:
+    """The package a module's relative imports start from."""
+    return name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+
+
+def import_targets(node: ast.AST, package: list[str]) -> list[str]:
+    """The module names an import statement names (`from pkg import name` names pkg and pkg.name); [] for any other
+    node."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if isinstance(node, ast.ImportFrom):
+        base = ".".join(package[: len(package) - node.level + 1] + [node.module or ""]) if node.level else node.module
+        return [f"{base}.{alias.name}" for alias in node.names] + [base]
+    return []
+
+
+def known_module(target: str, known: dict[str, Path]) -> str | None:
+    """The package's module that importing `target` runs (`pkg.mod.CONSTANT` -> pkg.mod), or None outside it."""
+    while target and target not in known and "." in target:
+        target = target.rsplit(".", 1)[0]
+    return target if target in known else None
+
+
 def imported_modules(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     """The package's modules that `name` imports anywhere in its file (`from pkg import submodule` included)."""
-    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = ".".join(package[: len(package) - node.level + 1] + [node.module or ""]) if node.level else node.module
-            targets = [f"{base}.{alias.name}" for alias in node.names] + [base]
-        else:
-            continue
-        for target in targets:
-            while target and target not in known and "." in target:
-                target = target.rsplit(".", 1)[0]
-            if target in known and target != name:
-                found.add(target)
-    return found
+    package = package_of(name, path)
+    targets = (known_module(t, known) for node in ast.walk(ast.parse(path.read_text()))
+               for t in import_targets(node, package))
+    return {target for target in targets if target is not None and target != name}
 
 
 @functools.lru_cache(maxsize=1)
@@ -169,12 +180,8 @@ def module_level_imports(path: Path, package: list[str]) -> set[str]:
     pending = list(ast.parse(path.read_text()).body)
     while pending:
         node = pending.pop()
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = ".".join(package[: len(package) - node.level + 1] + [node.module or ""]) if node.level else node.module
-            found.update([base, *(f"{base}.{alias.name}" for alias in node.names)])
-        elif isinstance(node, ast.If) and not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+        found.update(import_targets(node, package))
+        if isinstance(node, ast.If) and not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
             pending += node.body + node.orelse
         elif isinstance(node, ast.Try):
             pending += node.body + node.orelse + node.finalbody + [n for h in node.handlers for n in h.body]
@@ -193,13 +200,9 @@ def imported_at_start(entry: str) -> set[str]:
         seen.add(name)
         parts = name.split(".")
         pending += [".".join(parts[:k]) for k in range(1, len(parts)) if ".".join(parts[:k]) in known]
-        path = known[name]
-        for target in module_level_imports(path, parts if path.name == "__init__.py" else parts[:-1]):
-            names.add(target)
-            while target not in known and "." in target:
-                target = target.rsplit(".", 1)[0]
-            if target in known:
-                pending.append(target)
+        targets = module_level_imports(known[name], package_of(name, known[name]))
+        names |= targets
+        pending += [module for module in (known_module(t, known) for t in targets) if module is not None]
     return names
 
 

@@ -112,13 +112,13 @@ class WordNetSynonyms:
     """
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, wordnet: WordNet, max_senses: int | None = None):
+        from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS  # only CLEAR's substitution pays its import
+
         self.tokenizer = tokenizer
         self.wordnet = wordnet
         self.max_senses = max_senses
-        self._cache: dict[Word, list[Word]] = {}
-        from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS  # only CLEAR's substitution pays its import
-
         self.stop_words = ENGLISH_STOP_WORDS
+        self._cache: dict[Word, list[Word]] = {}
 
     def words(self, text: str) -> list[str]:
         """Synonyms of one word as text (no tokenizer involved)."""
