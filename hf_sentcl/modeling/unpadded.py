@@ -6,7 +6,7 @@ batches of short sentences. `unpadded_forward` packs the real tokens once (the f
 mask's ones, rounded up to a multiple of `TOKEN_BUCKET` with padding positions so that tensor sizes repeat),
 runs the embedding module and every layer's linear / LayerNorm / feed-forward modules on a (total_tokens, hidden)
 tensor, and only the attention product sees the padded shape:
-- Q, K and V come from one GEMM (`_QKVProjection`, whose hidden-state gradient in fp32 is the three layers' to the
+- Q, K and V come from one GEMM (`_StackedProjection`, whose hidden-state gradient in fp32 is the three layers' to the
   bit) and are gathered straight into per-head (b * heads, L, head_dim) views (`RowMap`: packing and unpacking are
   both `index_select` gathers, each the other's backward);
 - the product runs explicitly while training (and for eager attention): the key-padding mask is added inside
@@ -15,9 +15,9 @@ tensor, and only the attention product sees the padded shape:
 - the context is gathered back to the packed tokens for the output projection.
 
 When the caller reads only each sequence's first position of the last layer ([CLS] pooling, `first_token_only`),
-the last layer computes keys and values for every token but the attention product, output projection and
-feed-forward block for one row per sequence (`first_token_layer`): for a 6-layer MiniLM that skips about an eighth
-of the encoder's GEMM work, for a 12-layer BERT about a sixteenth. The padded route does the same for BERT-family
+the last layer computes keys and values for every token but the query, attention product, output projection and
+feed-forward block for one row per sequence (`first_token_layer`): for a 6-layer MiniLM that skips about a seventh
+of the encoder's GEMM work, for a 12-layer BERT about a fourteenth. The padded route does the same for BERT-family
 backbones (`padded_first_token_forward`).
 
 It calls the backbone's own modules (their parameters, hooks-free forwards, `FastDropout` where it is installed,
@@ -272,14 +272,23 @@ class Packing:
         head = torch.arange(num_heads, device=tokens.device)
         head_rows = (sequence[:, None] * num_heads + head) * length + position[:, None]  # (T, heads)
         per_projection = batch * num_heads * length
-        projection = torch.arange(3, device=tokens.device)[:, None] * per_projection
-        qkv_rows = (projection + head_rows[:, None, :]).flatten()  # (T, 3, heads): Q|K|V's column order
         keep = attention_mask.bool()[:, None, None, :]
         bias = torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill(~keep, torch.finfo(dtype).min)
         bias = bias.expand(batch, num_heads, 1, length).reshape(batch * num_heads, 1, length)
-        return cls(batch, length, num_heads, packed, output,
-                   RowMap.of(head_rows.flatten(), per_projection),
-                   RowMap.of(qkv_rows, 3 * per_projection, zero_padding=False), bias, keep)
+        return cls(batch, length, num_heads, packed, output, RowMap.of(head_rows.flatten(), per_projection),
+                   stacked_heads(head_rows, 3, per_projection), bias, keep)
+
+    def key_value(self) -> RowMap:
+        """As `qkv` for two stacked projections, K | V (the first-position layer's)."""
+        return stacked_heads(self.heads.rows.view(-1, self.num_heads), 2, self.batch * self.num_heads * self.length)
+
+
+def stacked_heads(head_rows: torch.Tensor, count: int, per_projection: int) -> RowMap:
+    """Token t's projection s (of `count` stacked ones, in their column order) and head h in the rows of `count`
+    (b * heads, L, head_dim) tensors; `head_rows`: (T, heads), each token's head rows in one such tensor.
+    Padding holds a copy of a real row: attention masks it exactly."""
+    offsets = torch.arange(count, device=head_rows.device)[:, None] * per_projection
+    return RowMap.of((offsets + head_rows[:, None, :]).flatten(), count * per_projection, zero_padding=False)
 
 
 def gemm_dtype(default: torch.dtype) -> torch.dtype:
@@ -287,27 +296,30 @@ def gemm_dtype(default: torch.dtype) -> torch.dtype:
     return torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else default
 
 
-class _QKVProjection(torch.autograd.Function):
-    """Q | K | V = hidden @ [Wq; Wk; Wv]^T + [bq; bk; bv] as one GEMM, and one GEMM for the weight gradients.
+class _StackedProjection(torch.autograd.Function):
+    """Q | K | V = hidden @ [Wq; Wk; Wv]^T + [bq; bk; bv] as one GEMM, and one GEMM for the weight gradients (or
+    K | V, or any stack of linear layers on the same input).
 
-    The hidden states come in once per projection (the same tensor three times). In full precision they get one
-    gradient each, which autograd adds up in the order it adds the three linear layers' (value, key, query): so
-    the hidden-state gradient is the padded path's to the last bit, not a 3x-deep product's (which rounds
+    The hidden states come in once per projection (the same tensor each time, in reverse order). In full precision
+    they get one gradient each, which autograd adds up in the order it adds the linear layers' (value, key, query):
+    so the hidden-state gradient is the padded path's to the last bit, not a 3x-deep product's (which rounds
     differently). Under autocast (bf16 on CPU) the hidden state and the stacked weight are cast once, kept in that
     dtype for backward, and the hidden-state gradient is one 3x-deep GEMM (fp32 accumulation): three gradients
-    in bf16 would each be cast to fp32 and added, the padded path's rounding, at twice the elementwise work."""
+    in bf16 would each be cast to fp32 and added, the padded path's rounding, at twice the elementwise work.
+
+    Arguments: the input `count` times, then each projection's weight and bias in stacking order."""
 
     @staticmethod
     @torch.amp.custom_fwd(device_type="cpu")
-    def forward(ctx, value_input, key_input, query_input, query_weight, query_bias, key_weight, key_bias,
-                value_weight, value_bias):
-        dtype = gemm_dtype(query_input.dtype)
-        hidden = query_input.to(dtype)
-        weight = torch.cat((query_weight, key_weight, value_weight)).to(dtype)
-        ctx.mixed = dtype != query_input.dtype
-        ctx.sizes = [query_weight.shape[0], key_weight.shape[0], value_weight.shape[0]]
+    def forward(ctx, count, *inputs_and_parameters):
+        hidden, parameters = inputs_and_parameters[0], inputs_and_parameters[count:]
+        weights, biases = parameters[0::2], parameters[1::2]
+        dtype = gemm_dtype(hidden.dtype)
+        ctx.mixed = dtype != hidden.dtype
+        hidden, weight = hidden.to(dtype), torch.cat(weights).to(dtype)
+        ctx.sizes = [w.shape[0] for w in weights]
         ctx.save_for_backward(hidden, weight)
-        return torch.addmm(torch.cat([query_bias, key_bias, value_bias]).to(dtype), hidden, weight.t())
+        return torch.addmm(torch.cat(biases).to(dtype), hidden, weight.t())
 
     @staticmethod
     @torch.amp.custom_bwd(device_type="cpu")
@@ -317,20 +329,20 @@ class _QKVProjection(torch.autograd.Function):
         grad_weights = grad.t().mm(hidden).split(ctx.sizes)
         grad_biases = grad.sum(0).split(ctx.sizes)
         if ctx.mixed:
-            value_grad, key_grad, query_grad = None, None, grad.mm(weight)
+            input_grads = [grad.mm(weight)] + [None] * (len(ctx.sizes) - 1)
         else:
             parts = zip(grad.split(ctx.sizes, dim=1), weight.split(ctx.sizes))
-            value_grad, key_grad, query_grad = reversed([part.mm(w) for part, w in parts])
-        return value_grad, key_grad, query_grad, *(g for pair in zip(grad_weights, grad_biases) for g in pair)
+            input_grads = reversed([part.mm(w) for part, w in parts])
+        return None, *input_grads, *(g for pair in zip(grad_weights, grad_biases) for g in pair)
 
 
-def fused_qkv(self_attention: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
-    """Q | K | V of packed tokens, (total_tokens, 3 * hidden): one GEMM when the three projections are plain
-    linear layers, the modules' own forwards otherwise (LoRA layers inside a PEFT model, hooked modules)."""
-    projections = (self_attention.query, self_attention.key, self_attention.value)
+def stacked_projection(projections: tuple[nn.Module, ...], hidden: torch.Tensor) -> torch.Tensor:
+    """The projections of packed tokens side by side, (total_tokens, sum of their widths): one GEMM when they are
+    plain linear layers, the modules' own forwards otherwise (LoRA layers inside a PEFT model, hooked modules)."""
     if all(type(m) is nn.Linear and m.bias is not None and not (m._forward_hooks or m._forward_pre_hooks)
            for m in projections):
-        return _QKVProjection.apply(hidden, hidden, hidden, *(p for m in projections for p in (m.weight, m.bias)))
+        parameters = (p for m in projections for p in (m.weight, m.bias))
+        return _StackedProjection.apply(len(projections), *[hidden] * len(projections), *parameters)
     return torch.cat([m(hidden) for m in projections], -1)
 
 
@@ -363,7 +375,8 @@ def per_head_qkv(self_attention: nn.Module, hidden: torch.Tensor, packing: Packi
     head_dim)."""
     head_size = self_attention.attention_head_size
     views = packing.batch * packing.num_heads
-    qkv = packing.qkv.unpack(fused_qkv(self_attention, hidden).view(-1, head_size))
+    projections = (self_attention.query, self_attention.key, self_attention.value)
+    qkv = packing.qkv.unpack(stacked_projection(projections, hidden).view(-1, head_size))
     return qkv.view(3, views, packing.length, head_size).unbind(0)
 
 
@@ -394,14 +407,19 @@ def unpadded_layer(layer: nn.Module, hidden: torch.Tensor, packing: Packing) -> 
 
 def first_token_layer(layer: nn.Module, hidden: torch.Tensor, packing: Packing) -> torch.Tensor:
     """One BERT layer's output at each sequence's first position only, (b, hidden): what [CLS] pooling reads of
-    the last layer. Keys and values come from every token; the attention product, the output projection and the
-    feed-forward block run on b rows instead of the packed tokens (zeros where the first position is padding)."""
+    the last layer. Keys and values come from every token; the query, the attention product, the output
+    projection and the feed-forward block run on b rows instead of the packed tokens (zeros where the first
+    position is padding)."""
     self_attention = layer.attention.self
-    query, key, value = per_head_qkv(self_attention, hidden, packing)
-    context = attend(self_attention, query[:, :1], key, value, packing).view(packing.batch, -1)
     first = packing.output.sources[:: packing.length]  # the packed row of each first position, or the zero row
     real = len(packing.output.rows)
     first_hidden = _with_zero_row(hidden[:real]).index_select(0, first)
+    head_size = self_attention.attention_head_size
+    views = packing.batch * packing.num_heads
+    key_value = stacked_projection((self_attention.key, self_attention.value), hidden).view(-1, head_size)
+    key, value = packing.key_value().unpack(key_value).view(2, views, packing.length, head_size).unbind(0)
+    query = self_attention.query(first_hidden).view(views, 1, head_size)
+    context = attend(self_attention, query, key, value, packing).view(packing.batch, -1)
     out = _tail_of(layer)(layer, context, first_hidden)
     return out.masked_fill(first[:, None] == real, 0.0)
 

@@ -100,7 +100,7 @@ def test_explicit_attention_equals_padded(tiny_backbone_dir, pooling):
 @pytest.mark.parametrize("pooling", ["mean", "cls"])
 def test_lora_projections_run_unfused_and_match(tiny_bert_dir, pooling):
     """LoRA layers on query and value: the fused Q|K|V GEMM steps aside for the modules' own forwards."""
-    with counted(unpadded._QKVProjection, "apply") as calls:
+    with counted(unpadded._StackedProjection, "apply") as calls:
         forward, gradient = max_differences(tiny_bert_dir, pooling, peft={"r": 4, "lora_alpha": 8,
                                                                           "init_lora_weights": False})
     assert not calls, "the fused projection ran on LoRA layers"
@@ -202,22 +202,24 @@ def rows_seen(module: torch.nn.Module):
 @pytest.mark.parametrize("mode", ["train", "eval"])
 @pytest.mark.parametrize("route", ["unpadded", "padded"])
 def test_cls_pooling_runs_the_last_layer_on_first_positions_only(tiny_backbone_dir, mode, route):
-    """[CLS] pooling reads one position of the last layer: its feed-forward block runs on one row per sentence,
-    the layers below on every token (packed, or padded positions on the padded route); mean pooling runs it on
-    every token."""
-    batch_rows = {}
+    """[CLS] pooling reads one position of the last layer: its query and feed-forward block run on one row per
+    sentence, the layers below on every token (packed, or padded positions on the padded route); mean pooling runs
+    the feed-forward block on every token."""
+    batch_rows, queries = {}, {}
     for pooling in ("cls", "cls_before_pooler", "mean"):
         encoder = SentenceEncoder.from_backbone(str(tiny_backbone_dir), pooling=pooling, unpadded=route == "unpadded")
         getattr(encoder, mode)()
         batch = mixed_batch(encoder)
         layers = encoder.transformer_layers()
-        with rows_seen(layers[-1].intermediate.dense) as last, rows_seen(layers[0].intermediate.dense) as first:
+        with (rows_seen(layers[-1].intermediate.dense) as last, rows_seen(layers[0].intermediate.dense) as first,
+              rows_seen(layers[-1].attention.self.query) as query):
             encoder(**batch)
-        batch_rows[pooling] = (first, last)
+        batch_rows[pooling], queries[pooling] = (first, last), query
     size, tokens = len(batch["input_ids"]), batch_rows["mean"][0][0]
     assert tokens > size
     assert batch_rows["cls"] == batch_rows["cls_before_pooler"] == ([tokens], [size])
     assert batch_rows["mean"] == ([tokens], [tokens])
+    assert queries["cls"] == queries["cls_before_pooler"] == [size]
 
 
 @pytest.mark.parametrize("mode", ["train", "eval"])
@@ -392,7 +394,7 @@ def test_bf16_autocast_matches_padded(tiny_bert_dir, pooling):
     batch = mixed_batch(encoder)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         padded, padded_grads = embeddings_and_grads(encoder, batch, unpadded=False)
-        with counted(unpadded._QKVProjection, "apply") as calls:
+        with counted(unpadded._StackedProjection, "apply") as calls:
             packed, packed_grads = embeddings_and_grads(encoder, batch, unpadded=True)
     assert calls, "the fused projection did not run"
     assert padded_grads.keys() == packed_grads.keys()
