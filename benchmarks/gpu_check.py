@@ -39,7 +39,8 @@ On a BERT-base-sized random encoder (12 layers, hidden 768, vocab 30522; SimCSE,
   stacks and ends, and the note names where it was.
 - `perf` (issue 37): the GPU step's speed, with benchmarks/train_vs_sentence_transformers.py on CUDA (BERT-base
   shape, batch 64, max_len 32, bf16, 40 steps, one round): hf_sentcl's CUDA route (padded SDPA; no host sync in
-  the step), the same with `compile_layers: true`, FlashAttention's varlen route (compiled and not) where
+  the step), the same with `compile_layers: true`, the same with `pooling: cls, head: mlp` (the paper's own
+  pooling: the last layer on first positions only), FlashAttention's varlen route (compiled and not) where
   `flash_attn` is installed, and sentence-transformers' trainer. The note gives each one's examples/s, step time,
   first step (compilation), share of the card's dense bf16 peak (6 x layer parameters x real tokens per step) and
   ratio to sentence-transformers; the benchmark's own table is printed above the check's.
@@ -561,8 +562,9 @@ PERF_TIMEOUT = 420
 
 def perf_command(args, corpus: Path, output: Path, flash: bool) -> list[str]:
     """benchmarks/train_vs_sentence_transformers.py on the GPU, bf16, one round: hf_sentcl's default route (padded
-    SDPA on CUDA), with `compile_layers`, FlashAttention's varlen route when `flash`, and sentence-transformers."""
-    variants = ["compiled: --compile_layers true"]
+    SDPA on CUDA), with `compile_layers`, with unsupervised SimCSE's own [CLS] pooling and MLP head (the last layer
+    on first positions only), FlashAttention's varlen route when `flash`, and sentence-transformers."""
+    variants = ["compiled: --compile_layers true", "cls: --pooling cls --head mlp"]
     if flash:
         variants += ["varlen: --attn_implementation flash_attention_2",
                      "varlen+compiled: --attn_implementation flash_attention_2 --compile_layers true"]

@@ -366,8 +366,8 @@ def load_benchmark():
 
 @pytest.mark.parametrize("flash", [False, True])
 def test_perf_runs_the_benchmark_compiled_and_not_on_the_gpu(flash, tmp_path, monkeypatch, tiny_bert_dir):
-    """`perf`'s command is the training benchmark on CUDA in bf16 at batch 64, max_len 32, with compile_layers (and
-    the FlashAttention route when installed) as variants whose keys the recipe parser accepts."""
+    """`perf`'s command is the training benchmark on CUDA in bf16 at batch 64, max_len 32, with compile_layers, [CLS]
+    pooling (and the FlashAttention route when installed) as variants whose keys the recipe parser accepts."""
     gpu_check, benchmark = load_script(), load_benchmark()
     monkeypatch.setattr(sys, "path", list(sys.path))
     args = SimpleNamespace(workdir=tmp_path)
@@ -378,7 +378,7 @@ def test_perf_runs_the_benchmark_compiled_and_not_on_the_gpu(flash, tmp_path, mo
     assert (parsed.device, parsed.precisions, parsed.batch_size, parsed.max_seq_length) == ("cuda", ["bf16"], 64, 32)
     assert not parsed.sts and not parsed.gemm and parsed.rounds == 1
     variants = benchmark.parse_variants(parsed.variant)
-    expected = {"hf_sentcl+compiled": {"compile_layers": True}}
+    expected = {"hf_sentcl+compiled": {"compile_layers": True}, "hf_sentcl+cls": {"pooling": "cls", "head": "mlp"}}
     if flash:
         expected["hf_sentcl+varlen"] = {"attn_implementation": "flash_attention_2"}
         expected["hf_sentcl+varlen+compiled"] = {"attn_implementation": "flash_attention_2", "compile_layers": True}
@@ -392,6 +392,7 @@ def test_perf_runs_the_benchmark_compiled_and_not_on_the_gpu(flash, tmp_path, mo
     for overrides in variants.values():
         recipe = benchmark.hf_recipe(parsed, True, overrides, str(tmp_path / "out"))
         assert recipe.training.compile_layers is overrides.get("compile_layers", False)
+        assert (recipe.model.pooling, recipe.model.head) == (overrides.get("pooling", "mean"), overrides.get("head", "none"))
 
 
 def test_perf_row_gives_each_configurations_share_of_the_cards_peak():
