@@ -6,6 +6,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from hf_sentcl.common import exits
+from hf_sentcl.common.build_locks import guard_extension_builds
 from hf_sentcl.common.distributed import finish_processes
 from hf_sentcl.common.logs import hang_dump, setup_logging
 from hf_sentcl.common.preemption import Preempted, stop_watching, watch_signals
@@ -13,6 +14,7 @@ from hf_sentcl.methods import METHODS
 from hf_sentcl.modeling.health import TrainingFailure
 from hf_sentcl.pipeline.train import run
 from hf_sentcl.recipe.checks import checked
+from hf_sentcl.recipe.parallelism import requested_sharding
 from hf_sentcl.recipe.parser import USAGE as RECIPE_USAGE
 from hf_sentcl.recipe.parser import RecipeError, merged_values, method_help, parse_recipe
 from hf_sentcl.recipe.run_folder import RunComplete
@@ -35,7 +37,7 @@ def run_recipe(argv: list[str]) -> int:
     """Check the recipe, run it; the exit status."""
     setup_logging()
     try:
-        recipe = checked(parse_recipe(argv[0], argv[1:]))
+        recipe = checked(with_guarded_builds(parse_recipe(argv[0], argv[1:])))
     except RunComplete as done:  # resume_from_checkpoint: auto, requeued after the run finished
         print(done, flush=True)
         return exits.OK
@@ -43,6 +45,17 @@ def run_recipe(argv: list[str]) -> int:
         print(f"error: {err}", file=sys.stderr)
         return exits.BAD_INPUT
     return watched_run(lambda: results_status(run(recipe, already_checked=True)), recipe.training.preemption_signals)
+
+
+def with_guarded_builds(recipe):
+    """`recipe`, once a launch that asks for DeepSpeed (which builds C++ ops on first use) has its C++ extension
+    build locks guarded (`hf_sentcl.common.build_locks`); RecipeError for a malformed setting of the guard."""
+    if (requested_sharding(recipe.training) or "").startswith("DeepSpeed"):
+        try:
+            guard_extension_builds()
+        except ValueError as err:
+            raise RecipeError(str(err)) from None
+    return recipe
 
 
 def results_status(results: dict) -> int:
