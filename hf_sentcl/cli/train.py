@@ -14,9 +14,9 @@ from hf_sentcl.methods import METHODS
 from hf_sentcl.modeling.health import TrainingFailure
 from hf_sentcl.pipeline.train import run
 from hf_sentcl.recipe.checks import checked
-from hf_sentcl.recipe.parallelism import requested_sharding
+from hf_sentcl.recipe.parallelism import requests_deepspeed
 from hf_sentcl.recipe.parser import USAGE as RECIPE_USAGE
-from hf_sentcl.recipe.parser import RecipeError, merged_values, method_help, parse_recipe
+from hf_sentcl.recipe.parser import Recipe, RecipeError, merged_values, method_help, parse_recipe
 from hf_sentcl.recipe.run_folder import RunComplete
 
 USAGE = f"usage: {RECIPE_USAGE}"
@@ -47,10 +47,10 @@ def run_recipe(argv: list[str]) -> int:
     return watched_run(lambda: results_status(run(recipe, already_checked=True)), recipe.training.preemption_signals)
 
 
-def with_guarded_builds(recipe):
+def with_guarded_builds(recipe: Recipe) -> Recipe:
     """`recipe`, once a launch that asks for DeepSpeed (which builds C++ ops on first use) has its C++ extension
     build locks guarded (`hf_sentcl.common.build_locks`); RecipeError for a malformed setting of the guard."""
-    if (requested_sharding(recipe.training) or "").startswith("DeepSpeed"):
+    if requests_deepspeed(recipe.training):
         try:
             guard_extension_builds()
         except ValueError as err:

@@ -9,28 +9,34 @@ without a word: the requeued job of a preempted one hangs until its time limit.
 
 `guard_extension_builds()` changes what a process does while it waits for such a lock:
 - after `NOTICE_SECONDS` it logs one line naming the lock;
-- on a preemption signal (`hf_sentcl.common.preemption`) it stops the run with `Preempted`: the wait is before the
-  first step, so the last checkpoint is intact and the requeued run resumes from it;
-- a lock whose build folder has not changed for `stale_seconds()` (a live build writes its ninja files and objects
-  as it goes; a killed one writes nothing more) is removed with a warning, and this process builds the op itself.
+- a lock is stale when nothing in its build folder has changed for `stale_seconds()` (a live build writes its ninja
+  files and each object file as it goes; a killed one writes nothing more) and no process of this machine is
+  building there (ninja runs in the folder). A stale lock is removed with a warning and the op is built again by
+  the waiting process; another process that saw it stale builds again too (ninja has nothing left to do then), so
+  none loads a library the killed build never finished.
+
+A preemption signal during the wait is noted as in any other setup work: the process waits on for the builder,
+which keeps building, and the run stops at its first step boundary. Stopping the waiters at once would make the
+launcher kill the builder half-way, which is what leaves such locks.
 """
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-
-from hf_sentcl.common.preemption import Preempted, current_watch
+from typing import Any
 
 logger = logging.getLogger("hf_sentcl")
 
 #: seconds without any change in a build folder after which its lock counts as left by a killed build
 STALE_ENV = "HF_SENTCL_STALE_BUILD_LOCK_S"
-#: the default: far above the longest compile of one source file of DeepSpeed's ops (a live build writes each
-#: object file when it is done), far below a job's time limit
+#: the default: well above the compile time of one source file of DeepSpeed's ops (a live build writes each object
+#: file when it is done; raise it for builds with longer single compiles), well below a job's time limit
 DEFAULT_STALE_SECONDS = 600.0
 #: seconds of waiting after which the wait is logged
 NOTICE_SECONDS = 60.0
@@ -39,7 +45,12 @@ CHECK_SECONDS = 5.0
 
 
 class StaleBuildLock(RuntimeError):
-    """A lock left by a killed build was removed; the build must start over (in this process)."""
+    """A lock left by a killed build was removed (by this process or another): the build must start over."""
+
+    def __init__(self, lock: Path):
+        super().__init__(
+            f"the C++ extension build lock {lock} was left by a killed build and removed, and the build started "
+            f"over; it was left again. Delete the folder {lock.parent} and rerun the same command.")
 
 
 def stale_seconds() -> float:
@@ -60,29 +71,49 @@ def stale_seconds() -> float:
 
 def last_change(folder: Path) -> float:
     """The newest modification time (epoch seconds) of `folder` and the entries directly in it (where ninja and the
-    compiler write); 0.0 when the folder is gone."""
+    compiler write); an entry that vanishes while it is read (ninja deletes each object's dependency file) counts as
+    a change now. 0.0 when the folder itself is gone."""
     try:
+        newest = folder.stat().st_mtime
         with os.scandir(folder) as entries:
-            times = [entry.stat(follow_symlinks=False).st_mtime for entry in entries]
-        return max([folder.stat().st_mtime, *times])
+            for entry in entries:
+                try:
+                    newest = max(newest, entry.stat(follow_symlinks=False).st_mtime)
+                except FileNotFoundError:
+                    return time.time()
+        return newest
     except FileNotFoundError:
         return 0.0
 
 
-def guarded_wait(baton) -> None:
+def building_here(folder: Path) -> bool:
+    """Whether a process of this machine has `folder` as its working directory (torch runs ninja there, and ninja
+    the compiler). Processes of other users, which cannot be read, are not seen."""
+    target = os.path.realpath(folder)
+    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
+        if entry.name.isdigit():
+            try:
+                if os.readlink(f"/proc/{entry.name}/cwd") == target:
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+def quiet_seconds(lock: Path) -> float:
+    """Seconds since anything changed in the lock's folder, or 0.0 while a process of this machine builds there."""
+    return 0.0 if building_here(lock.parent) else time.time() - last_change(lock.parent)
+
+
+def guarded_wait(baton: Any) -> None:
     """`torch.utils.file_baton.FileBaton.wait` with the behaviour of the module docstring: returns when the lock is
-    gone; raises `Preempted` on a preemption signal, `StaleBuildLock` after removing a stale lock."""
+    gone; raises `StaleBuildLock` when it removed a stale lock, or when the lock went after it had looked stale
+    (its remover is building again, and so must this process, or it would load what the killed build left)."""
     lock = Path(baton.lock_file_path)
     stale = stale_seconds()
     started = time.monotonic()
-    noticed, next_check = False, started
+    noticed, next_check, looked_stale = False, started, False
     while lock.exists():
-        watch = current_watch()
-        if watch.requested:
-            raise Preempted(
-                f"preempted by {watch.received.name} while waiting for the C++ extension build lock {lock}, before "
-                "the first training step of this launch: rerun the same command (with 'resume_from_checkpoint: "
-                "auto') to go on from the last complete checkpoint.", watch.received.name)
         now = time.monotonic()
         if not noticed and now - started >= NOTICE_SECONDS:
             noticed = True
@@ -91,36 +122,47 @@ def guarded_wait(baton) -> None:
                            "folder has changed for %.0f s (%s).", now - started, lock, stale, STALE_ENV)
         if now >= next_check:
             next_check = now + CHECK_SECONDS
-            if remove_if_stale(lock, stale):
-                raise StaleBuildLock(str(lock))
+            looked_stale = quiet_seconds(lock) >= stale
+            if looked_stale and remove_if_stale(lock, stale):
+                raise StaleBuildLock(lock)
         time.sleep(baton.wait_seconds)
+    if looked_stale:
+        raise StaleBuildLock(lock)
 
 
 def remove_if_stale(lock: Path, stale: float) -> bool:
-    """Remove `lock` when nothing in its folder changed for `stale` seconds; whether it was removed (by this call)."""
+    """Remove `lock` when it is stale (see the module docstring); whether this call removed it. The check and the
+    removal hold an exclusive lock on a file beside the build folder, and the lock file's identity must not change
+    in between: a process that removed it and took it anew (to build) is not undone by another."""
     try:
         seen = lock.stat()
     except FileNotFoundError:
         return False
-    quiet = time.time() - last_change(lock.parent)
-    if quiet < stale:
+    if quiet_seconds(lock) < stale:
         return False
-    try:
-        if lock.stat().st_ino != seen.st_ino:  # another process replaced it meanwhile: a build has started
+    identity = (seen.st_ino, seen.st_mtime_ns, seen.st_ctime_ns)
+    clearing = lock.parent.parent / f".{lock.parent.name}.hf_sentcl-clearing"  # outside the folder it watches
+    with open(clearing, "a") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        try:
+            now = lock.stat()
+            if (now.st_ino, now.st_mtime_ns, now.st_ctime_ns) != identity or quiet_seconds(lock) < stale:
+                return False
+            quiet = quiet_seconds(lock)
+            lock.unlink()
+        except FileNotFoundError:
             return False
-        lock.unlink()
-    except FileNotFoundError:
-        return False
-    logger.warning("Removed the C++ extension build lock %s: nothing in its folder changed for %.0f s, so a build "
-                   "killed half-way left it (a preempted or crashed run). This process builds the op now.",
-                   lock, quiet)
+    logger.warning("Removed the C++ extension build lock %s: nothing in its folder changed for %.0f s and no process "
+                   "here builds there, so a build killed half-way left it (a preempted or crashed run). This process "
+                   "builds the op now.", lock, quiet)
     return True
 
 
-def retrying_build(jit_compile, versioner):
-    """`torch.utils.cpp_extension._jit_compile` that starts over once when its wait removed a stale lock: the lock
-    is gone, so this process takes it and builds. `versioner`: torch's `JIT_EXTENSION_VERSIONER`, in which the
-    first try recorded the sources as built; that record is undone, or the second try would skip the build."""
+def retrying_build(jit_compile: Callable, versioner: Any) -> Callable:
+    """`torch.utils.cpp_extension._jit_compile` that starts over once when its wait met a stale lock: the lock is
+    gone, so this process takes it and builds (or waits for the process that took it). `versioner`: torch's
+    `JIT_EXTENSION_VERSIONER`, in which the first try recorded the sources as built; that record is undone, or the
+    second try would skip the build."""
 
     @functools.wraps(jit_compile)
     def build(*args, **kwargs):

@@ -300,12 +300,13 @@ class _StackedProjection(torch.autograd.Function):
     """Q | K | V = hidden @ [Wq; Wk; Wv]^T + [bq; bk; bv] as one GEMM, and one GEMM for the weight gradients (or
     K | V, or any stack of linear layers on the same input).
 
-    The hidden states come in once per projection (the same tensor each time, in reverse order). In full precision
-    they get one gradient each, which autograd adds up in the order it adds the linear layers' (value, key, query):
-    so the hidden-state gradient is the padded path's to the last bit, not a 3x-deep product's (which rounds
-    differently). Under autocast (bf16 on CPU) the hidden state and the stacked weight are cast once, kept in that
-    dtype for backward, and the hidden-state gradient is one 3x-deep GEMM (fp32 accumulation): three gradients
-    in bf16 would each be cast to fp32 and added, the padded path's rounding, at twice the elementwise work.
+    The hidden states come in once per projection (the same tensor each time): input i receives the gradient of
+    projection count-1-i, so in full precision autograd adds them up in the order it adds the linear layers' own
+    (value, key, query), and the hidden-state gradient is the padded path's to the last bit, not a count-deep
+    product's (which rounds differently). Under autocast (bf16 on CPU) the hidden state and the stacked weight are
+    cast once, kept in that dtype for backward, and the hidden-state gradient is one count-deep GEMM (fp32
+    accumulation): one gradient per projection in bf16 would each be cast to fp32 and added, the padded path's
+    rounding, at twice the elementwise work.
 
     Arguments: the input `count` times, then each projection's weight and bias in stacking order."""
 
@@ -409,7 +410,8 @@ def first_token_layer(layer: nn.Module, hidden: torch.Tensor, packing: Packing) 
     """One BERT layer's output at each sequence's first position only, (b, hidden): what [CLS] pooling reads of
     the last layer. Keys and values come from every token; the query, the attention product, the output
     projection and the feed-forward block run on b rows instead of the packed tokens (zeros where the first
-    position is padding)."""
+    position is padding). The query module runs as itself (hooks on it see those b rows); keys and values are one
+    stacked GEMM when their modules are plain linear layers."""
     self_attention = layer.attention.self
     first = packing.output.sources[:: packing.length]  # the packed row of each first position, or the zero row
     real = len(packing.output.rows)

@@ -44,11 +44,16 @@ def _env_true(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes")
 
 
+def requests_deepspeed(args) -> bool:
+    """Whether the launcher (`ACCELERATE_USE_DEEPSPEED`) or the recipe (`deepspeed`) asks for DeepSpeed."""
+    return _env_true("ACCELERATE_USE_DEEPSPEED") or bool(getattr(args, "deepspeed", None))
+
+
 def requested_sharding(args) -> str | None:
     """The sharding the launcher or the recipe asks for ('FSDP', 'DeepSpeed ZeRO-N'), or None (plain DDP / one process)."""
     if _env_true("ACCELERATE_USE_FSDP") or getattr(args, "fsdp", None):
         return "FSDP"
-    if _env_true("ACCELERATE_USE_DEEPSPEED") or getattr(args, "deepspeed", None):
+    if requests_deepspeed(args):
         stage = os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE")
         if stage is None and isinstance(getattr(args, "deepspeed", None), dict):
             stage = args.deepspeed.get("zero_optimization", {}).get("stage")

@@ -392,7 +392,8 @@ def test_perf_runs_the_benchmark_compiled_and_not_on_the_gpu(flash, tmp_path, mo
     for overrides in variants.values():
         recipe = benchmark.hf_recipe(parsed, True, overrides, str(tmp_path / "out"))
         assert recipe.training.compile_layers is overrides.get("compile_layers", False)
-        assert (recipe.model.pooling, recipe.model.head) == (overrides.get("pooling", "mean"), overrides.get("head", "none"))
+        expected_pooling = (overrides.get("pooling", "mean"), overrides.get("head", "none"))
+        assert (recipe.model.pooling, recipe.model.head) == expected_pooling
 
 
 def test_perf_row_gives_each_configurations_share_of_the_cards_peak():
