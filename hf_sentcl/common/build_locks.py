@@ -138,17 +138,14 @@ def remove_if_stale(lock: Path, stale: float) -> bool:
         seen = lock.stat()
     except FileNotFoundError:
         return False
-    if quiet_seconds(lock) < stale:
-        return False
     identity = (seen.st_ino, seen.st_mtime_ns, seen.st_ctime_ns)
     clearing = lock.parent.parent / f".{lock.parent.name}.hf_sentcl-clearing"  # outside the folder it watches
     with open(clearing, "a") as guard:
         fcntl.flock(guard, fcntl.LOCK_EX)
         try:
-            now = lock.stat()
-            if (now.st_ino, now.st_mtime_ns, now.st_ctime_ns) != identity or quiet_seconds(lock) < stale:
+            now, quiet = lock.stat(), quiet_seconds(lock)
+            if (now.st_ino, now.st_mtime_ns, now.st_ctime_ns) != identity or quiet < stale:
                 return False
-            quiet = quiet_seconds(lock)
             lock.unlink()
         except FileNotFoundError:
             return False

@@ -371,14 +371,20 @@ def attend(self_attention: nn.Module, query: torch.Tensor, key: torch.Tensor, va
     return torch.bmm(dropout(attention_probabilities(scores, value.dtype)), value)
 
 
+def per_head(projections: tuple[nn.Module, ...], hidden: torch.Tensor, packing: Packing,
+             rows: RowMap) -> tuple[torch.Tensor, ...]:
+    """The stacked `projections` of the packed tokens, each unpacked straight into its per-head padded view
+    (b * heads, L, head_dim); `rows`: the stack's map (`packing.qkv`, `packing.key_value()`)."""
+    projected = stacked_projection(projections, hidden)
+    head_size = projected.shape[-1] // (len(projections) * packing.num_heads)
+    stacked = rows.unpack(projected.view(-1, head_size))
+    return stacked.view(len(projections), packing.batch * packing.num_heads, packing.length, head_size).unbind(0)
+
+
 def per_head_qkv(self_attention: nn.Module, hidden: torch.Tensor, packing: Packing) -> tuple[torch.Tensor, ...]:
-    """Q, K and V of the packed tokens, each unpacked straight into its per-head padded view (b * heads, L,
-    head_dim)."""
-    head_size = self_attention.attention_head_size
-    views = packing.batch * packing.num_heads
+    """Q, K and V of the packed tokens, each in its per-head padded view (b * heads, L, head_dim)."""
     projections = (self_attention.query, self_attention.key, self_attention.value)
-    qkv = packing.qkv.unpack(stacked_projection(projections, hidden).view(-1, head_size))
-    return qkv.view(3, views, packing.length, head_size).unbind(0)
+    return per_head(projections, hidden, packing, packing.qkv)
 
 
 def unpadded_attention(self_attention: nn.Module, hidden: torch.Tensor, packing: Packing) -> torch.Tensor:
@@ -416,11 +422,8 @@ def first_token_layer(layer: nn.Module, hidden: torch.Tensor, packing: Packing) 
     first = packing.output.sources[:: packing.length]  # the packed row of each first position, or the zero row
     real = len(packing.output.rows)
     first_hidden = _with_zero_row(hidden[:real]).index_select(0, first)
-    head_size = self_attention.attention_head_size
-    views = packing.batch * packing.num_heads
-    key_value = stacked_projection((self_attention.key, self_attention.value), hidden).view(-1, head_size)
-    key, value = packing.key_value().unpack(key_value).view(2, views, packing.length, head_size).unbind(0)
-    query = self_attention.query(first_hidden).view(views, 1, head_size)
+    key, value = per_head((self_attention.key, self_attention.value), hidden, packing, packing.key_value())
+    query = self_attention.query(first_hidden).view(key.shape[0], 1, key.shape[-1])
     context = attend(self_attention, query, key, value, packing).view(packing.batch, -1)
     out = _tail_of(layer)(layer, context, first_hidden)
     return out.masked_fill(first[:, None] == real, 0.0)
