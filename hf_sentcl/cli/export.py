@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hf_sentcl.common.logs import setup_logging
-from hf_sentcl.evaluation.mteb import INSTALL_HINT, mteb_available, mteb_sts_scores
+from hf_sentcl.evaluation.mteb import INSTALL_HINT, mteb_available, mteb_data_problem, mteb_sts_scores
 from hf_sentcl.evaluation.sts import STSEvaluator
 from hf_sentcl.export.bundle import (
     check_results_match,
@@ -104,6 +104,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         probes = read_probe_sentences(args.probe_file, args.probe_count) if args.probe_file else PROBE_SENTENCES
         score_mteb = (bool(results.get("sts")) or bool(args.mteb_results)) and not results.get("mteb_sts")
         data_dir = resolve_data_dir(args.data_dir) if score_mteb else None
+        problem = mteb_data_problem(data_dir) if score_mteb else None
+        if problem and args.mteb_results:
+            raise ExportError(f"--mteb-results: MTEB-protocol scores are computed on SentEval's own STS data only, "
+                              f"and {problem}. Give --data-dir (or HF_SENTCL_DATA) SentEval's data folder.")
+        if problem:
+            print(f"No model-index in the card: MTEB-protocol scores are computed on SentEval's own STS data only, "
+                  f"and {problem}.", file=sys.stderr)
+        score_mteb = score_mteb and not problem
         if score_mteb:
             STSEvaluator(data_dir, mode="all", sick_split="all")  # reads (and so checks) every STS file now
         check_results_match(results, args.checkpoint, results_path)

@@ -7,6 +7,10 @@ is known (a run reuses its own STS12-16/STS-B scores when they already follow th
 carry no time). `write_mteb_results` writes the scores with the `mteb` package's own classes (`TaskResult`,
 `ModelMeta`) as `ROOT/results/ORG__NAME/REVISION/{TASK}.json` + `model_meta.json`, and reloads every file with
 mteb's loaders before returning. `mteb` is an optional dependency (`pip install "hf-sentcl[mteb]"`).
+
+MTEB-protocol scores name MTEB's datasets and their revisions (in the card's model-index and the result files), so
+they are claimed only for SentEval's own copies of those tasks: `mteb_data_problem` says why a data folder is not one
+(a file missing, or a folder that declares sizes of its own, as samples and test layouts do).
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from hf_sentcl.evaluation.sts import STS_TASKS, STSEvaluator
+from hf_sentcl.evaluation.sts import KNOWN_PAIRS, SIZES_FILE, STS_TASKS, STSEvaluator
+from hf_sentcl.hub.download import resolve_data_dir
 
 # task -> (mteb dataset id, mteb task name, dataset revision), as in mteb's task definitions (checked in the tests)
 MTEB_STS_DATASETS: dict[str, tuple[str, str, str]] = {
@@ -44,8 +49,28 @@ RESULTS_DIRNAME = "results"  # the results repository keeps models under results
 INSTALL_HINT = 'install it with `pip install "hf-sentcl[mteb]"` (or `pip install "mteb>=2"`)'
 
 
+#: the SentEval files MTEB's STS protocol reads: STS12-16's test files, STS-B's test split and all of SICK
+MTEB_FILES = tuple(name for name in KNOWN_PAIRS if not name.startswith("STSBenchmark/") or name.endswith("-test.csv"))
+
+
 def mteb_available() -> bool:
     return find_spec("mteb") is not None
+
+
+def mteb_data_problem(data_dir: str | os.PathLike | None) -> str | None:
+    """Why the STS data in `data_dir` cannot stand for MTEB's STS tasks, or None when it is SentEval's own copy.
+
+    SentEval's copy is what MTEB's datasets were made from: every file of `MTEB_FILES` present, none in a folder
+    that declares its own sizes (`sizes.json`), so the readers hold each file to SentEval's size.
+    """
+    root = resolve_data_dir(data_dir)
+    for name in MTEB_FILES:
+        path = root / name if name.startswith("SICK/") else root / "STS" / name  # SICK/ sits beside STS/
+        if not path.is_file():
+            return f"{path} is missing"
+        if (path.parent / SIZES_FILE).is_file():
+            return f"{path.parent / SIZES_FILE} declares sizes other than SentEval's"
+    return None
 
 
 @dataclass

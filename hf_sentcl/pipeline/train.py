@@ -21,7 +21,7 @@ from hf_sentcl.common.layout import ADAPTER_DIRNAME, PREEMPTED_JSON, RUN_COMPLET
 from hf_sentcl.common.logs import quiet_library_bars, watched
 from hf_sentcl.common.preemption import Preempted, current_watch, set_phase
 from hf_sentcl.configs.arguments import eval_mixed_precision
-from hf_sentcl.evaluation.mteb import mteb_sts_scores
+from hf_sentcl.evaluation.mteb import mteb_data_problem, mteb_sts_scores
 from hf_sentcl.evaluation.plots import write_run_plots
 from hf_sentcl.evaluation.report import RUN_LABELS, embedding_note, write_json, write_results
 from hf_sentcl.evaluation.sts import STSEvaluator
@@ -378,7 +378,13 @@ def score_results(stage: Stage, encoder: SentenceEncoder, scores: dict[str, Suit
     """The results dict's scores: the suites before/after, and MTEB's STS protocol for the card's model-index."""
     recipe = stage.recipe
     results = run_results(scores)
-    if "after" in results["sts"]:  # MTEB's protocol (SICK-R on all pairs)
+    if "after" not in results["sts"]:
+        return results
+    problem = mteb_data_problem(stage.data_dir)
+    if problem:
+        logger.info("MTEB-protocol scores left out (the card's model-index and the MTEB result files name MTEB's "
+                    "datasets, so they are computed on SentEval's own STS data only): %s.", problem)
+    else:  # MTEB's protocol (SICK-R on all pairs)
         results.update(mteb_sts_scores(
             encoder, stage.data_dir, recipe.training.per_device_eval_batch_size,
             eval_mixed_precision(recipe.data, recipe.training),

@@ -13,7 +13,7 @@ from mteb.models import ModelMeta
 from mteb.results import TaskResult
 from safetensors.torch import save_file
 
-from hf_sentcl.evaluation.mteb import MTEB_STS_DATASETS, MtebScores, mteb_sts_scores
+from hf_sentcl.evaluation.mteb import MTEB_FILES, MTEB_STS_DATASETS, MtebScores, mteb_data_problem, mteb_sts_scores
 from hf_sentcl.evaluation.sts import STS_TASKS, STSEvaluator
 from hf_sentcl.export.card import dev_curve_table, render_model_card, write_model_card
 from hf_sentcl.export.mteb_files import check_mteb_folder, rekey_mteb_results, write_mteb_results
@@ -197,6 +197,25 @@ def test_mteb_table_matches_mteb_tasks():
         metadata = mteb.get_task(name).metadata
         assert (metadata.dataset["path"], metadata.dataset["revision"], metadata.main_score) == (
             dataset, revision, "cosine_spearman")
+
+
+def test_mteb_scores_are_claimed_for_senteval_data_only(real_data_dir, senteval_dir, tmp_path):
+    """SentEval's copy of every file MTEB's protocol reads stands for MTEB's tasks; a layout that declares its own
+    sizes, or lacks a file (here SICK's trial split, which MTEB's SICK-R holds), does not, and the reason names it."""
+    assert len(MTEB_FILES) == 28 and "SICK/SICK_trial.txt" in MTEB_FILES
+    assert not any(name.startswith("STSBenchmark/sts-train") or name.endswith("sts-dev.csv") for name in MTEB_FILES)
+    assert mteb_data_problem(real_data_dir) is None
+    assert mteb_data_problem(senteval_dir) == (
+        f"{senteval_dir}/STS/STS12-en-test/sizes.json declares sizes other than SentEval's")
+    linked = tmp_path / "senteval"
+    for name in MTEB_FILES:
+        source = real_data_dir / name if name.startswith("SICK/") else real_data_dir / "STS" / name
+        target = linked / source.relative_to(real_data_dir)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.symlink_to(source)
+    assert mteb_data_problem(linked) is None
+    (linked / "SICK" / "SICK_trial.txt").unlink()
+    assert mteb_data_problem(linked) == f"{linked}/SICK/SICK_trial.txt is missing"
 
 
 def test_mteb_results_folder(tmp_path):

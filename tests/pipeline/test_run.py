@@ -2,15 +2,18 @@
 BERT with a tiny SentEval layout."""
 
 import json
+import logging
 import math
 
 import pytest
 import torch
 from helpers import random_sentences, write_recipe
+from huggingface_hub import ModelCard
 from transformers import AutoModel
 
 from hf_sentcl import SentenceEncoder
 from hf_sentcl.cli.train import main
+from hf_sentcl.common.layout import MTEB_RESULTS_DIRNAME
 from hf_sentcl.evaluation.sts import STS_TASKS, STSEvaluator
 from hf_sentcl.recipe.checks import validate_recipe
 from hf_sentcl.recipe.parser import RecipeError, parse_recipe
@@ -135,18 +138,22 @@ def test_quickstart_validates_with_the_local_data(repo_root, real_data_dir, monk
 
 # ------------------------------------------------------------------------------------------ end to end
 @pytest.mark.slow
-def test_end_to_end_run(tmp_path, base_values, senteval_dir, tiny_bert_dir, capsys):
+def test_end_to_end_run(tmp_path, base_values, senteval_dir, tiny_bert_dir, capsys, caplog):
     """A 6-step SimCSE run: results.json/results.md with before/after rows for the 7 tasks, the best dev
-    checkpoint kept and saved, and the saved encoder reloading to the reported numbers."""
+    checkpoint kept and saved, and the saved encoder reloading to the reported numbers. Its STS data declares its
+    own sizes, so no MTEB-protocol scores are claimed for it (no model-index, no MTEB files), and the log says why."""
     values = dict(
         base_values, pooling="cls", head="mlp", head_at_inference=False, per_device_train_batch_size=4,
         max_seq_length=16, num_train_epochs=1, eval_steps=3, save_steps=3, logging_steps=2, learning_rate="1e-3",
         use_cpu=True, seed=0, per_device_eval_batch_size=16,
     )
     out = tmp_path / "out"
-    assert main([str(write_recipe(tmp_path, **values))]) == 0
+    with caplog.at_level(logging.INFO, logger="hf_sentcl"):
+        assert main([str(write_recipe(tmp_path, **values))]) == 0
     printed = capsys.readouterr().out
     assert "before training" in printed and "after training" in printed
+    assert any(r.getMessage().startswith("MTEB-protocol scores left out") and
+               f"{senteval_dir}/STS/STS12-en-test/sizes.json declares sizes" in r.getMessage() for r in caplog.records)
 
     results = json.loads((out / "results.json").read_text())
     assert results["method"] == "simcse" and results["sts_mode"] == "all"
@@ -157,6 +164,8 @@ def test_end_to_end_run(tmp_path, base_values, senteval_dir, tiny_bert_dir, caps
         assert row["Avg"] == pytest.approx(sum(row[t] for t in STS_TASKS) / len(STS_TASKS))
     assert results["train"]["global_step"] == 6
     assert results["train"]["best_step"] in (3, 6)
+    assert "mteb_sts" not in results and not (out / MTEB_RESULTS_DIRNAME).exists()
+    assert ModelCard.load(out / "export" / "README.md").data.eval_results is None
 
     table = (out / "results.md").read_text()
     assert "| before training |" in table and "| after training |" in table and "`all`" in table
@@ -176,6 +185,29 @@ def test_end_to_end_run(tmp_path, base_values, senteval_dir, tiny_bert_dir, caps
     trained = reloaded.backbone.state_dict()
     key = "encoder.layer.1.output.dense.weight"
     assert not torch.equal(trained[key], initial[key])
+
+
+@pytest.mark.slow
+def test_run_on_senteval_data_claims_mteb_scores(tmp_path, base_values, real_data_dir):
+    """On SentEval's own STS data a run scores MTEB's protocol (its own mode-`all` STS12-16/STS-B, SICK-R on all
+    9,927 pairs), puts it in the card's model-index and writes MTEB result files that mteb's loader reads."""
+    from mteb.results import TaskResult
+
+    out = tmp_path / "out"
+    recipe = write_recipe(tmp_path, **{**base_values, "sts_data_dir": str(real_data_dir)}, per_device_train_batch_size=4,
+                          max_steps=2, eval_steps=2, save_steps=2, use_cpu=True, eval_before_training=False)
+    assert main([str(recipe)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    mteb = results["mteb_sts"]
+    assert {t: mteb[t] for t in STS_TASKS[:-1]} == {t: results["sts"]["after"][t] for t in STS_TASKS[:-1]}
+    sick = STSEvaluator(real_data_dir, tasks=("SICKRelatedness",), sick_split="all")(SentenceEncoder.from_pretrained(out))
+    assert mteb["SICKRelatedness"] == pytest.approx(sick["SICKRelatedness"], abs=1e-6)
+    assert mteb["SICKRelatedness"] != pytest.approx(results["sts"]["after"]["SICKRelatedness"], abs=1e-3)
+    card = ModelCard.load(out / "export" / "README.md")
+    assert [r.metric_value for r in card.data.eval_results] == pytest.approx([mteb[t] for t in STS_TASKS], abs=1e-4)
+    folder = out / MTEB_RESULTS_DIRNAME / "results" / "hf_sentcl__out" / "no_revision_available"  # named after the run
+    assert TaskResult.from_disk(folder / "SICK-R.json").get_score() * 100 == pytest.approx(mteb["SICKRelatedness"],
+                                                                                         abs=1e-3)
 
 
 @pytest.mark.slow
