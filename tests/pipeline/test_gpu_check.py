@@ -11,6 +11,7 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -30,9 +31,12 @@ def load_script():
     return module
 
 
-def isolate(monkeypatch) -> None:
-    """sys.path, PYTHONPATH and the bundle marker as they were, after the test (the check changes them)."""
+def isolate(monkeypatch, scratch: Path | None = None) -> None:
+    """sys.path, PYTHONPATH and the bundle marker as they were, after the test (the check changes them); with
+    `scratch`, the bundle's site folder (a `tempfile.mkdtemp`) made there, not left in the machine's /tmp."""
     monkeypatch.setattr(sys, "path", list(sys.path))
+    if scratch is not None:
+        monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     for name in ("PYTHONPATH", "GPU_CHECK_SITE"):
         monkeypatch.setenv(name, "")  # remembers the value (or its absence) to restore
         monkeypatch.delenv(name)
@@ -88,10 +92,10 @@ def test_the_script_imports_its_bundle_module_and_refuses_without_cuda(tmp_path)
 
 # ------------------------------------------------------------------------------------------------ packages
 @pytest.fixture
-def on_a_gpu(monkeypatch):
+def on_a_gpu(monkeypatch, tmp_path):
     """The check as on a GPU machine (CUDA there), with sys.path, PYTHONPATH and the bundle marker restored after."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    isolate(monkeypatch)
+    isolate(monkeypatch, tmp_path)
     return load_script()
 
 
@@ -200,7 +204,7 @@ def test_missing_packages_are_installed_from_carried_wheels(tmp_path, monkeypatc
     bundle = load_script().gpu_bundle
     wheels = tmp_path / "wheels"
     probe_wheel(wheels)
-    isolate(monkeypatch)
+    isolate(monkeypatch, tmp_path)
     assert bundle.install_bundle(tmp_path / "nothing") == (None, f"there are no wheel files in {tmp_path}/nothing")
     site, why = bundle.install_bundle(wheels)
     assert why is None
