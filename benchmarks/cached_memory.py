@@ -27,8 +27,8 @@ from datasets import Dataset
 from hf_sentcl import SentenceEncoder
 from hf_sentcl.configs import SimCSEConfig
 from hf_sentcl.data import ViewCollator, tokenize_views
-from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS
 from hf_sentcl.hub.download import resolve_data_dir
+from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS
 from hf_sentcl.trainers import SimCSETrainer
 from hf_sentcl.trainers.callbacks import _peak_rss_bytes, _reset_peak_rss
 
@@ -64,7 +64,9 @@ def build_trainer(args: argparse.Namespace, output_dir: str) -> tuple[SimCSETrai
         use_cpu=not torch.cuda.is_available(), disable_tqdm=True, eval_strategy="no", save_strategy="no",
         load_best_model_at_end=False,
     )
-    trainer = SimCSETrainer(model=encoder, args=config, train_dataset=dataset, data_collator=ViewCollator(encoder.tokenizer))
+    trainer = SimCSETrainer(
+        model=encoder, args=config, train_dataset=dataset, data_collator=ViewCollator(encoder.tokenizer)
+    )
     trainer.current_gradient_accumulation_steps = 1
     model = trainer.accelerator.prepare(trainer.model)  # device placement and the bf16 autocast forward wrapper
     inputs = trainer.data_collator([dataset[i] for i in range(args.batch_size)])
@@ -114,8 +116,9 @@ def main() -> None:
             torch.manual_seed(round_index)
             result = measure(trainer, model, inputs, size)
             runs[name].append(result)
-            print(f"round {round_index} {name:6s} loss {result['loss']:.4f}  peak +{result['peak_increase_mib']:.0f} MiB "
-                  f"(peak {result['peak_mib']:.0f} MiB)  {result['seconds']:.1f} s", flush=True)
+            print(f"round {round_index} {name:6s} loss {result['loss']:.4f}  "
+                  f"peak +{result['peak_increase_mib']:.0f} MiB (peak {result['peak_mib']:.0f} MiB)  "
+                  f"{result['seconds']:.1f} s", flush=True)
     kept = {name: values[1:] or values for name, values in runs.items()}  # the first round warms up
     summary = {name: {key: statistics.median(r[key] for r in values) for key in values[0]}
                for name, values in kept.items()}

@@ -7,13 +7,13 @@
 Each corpus is built from the shared Wikipedia subset (`$HF_SENTCL_DATA/../wiki1m_subset.txt`), its sentences
 repeated in order with " (i)" appended to line i, so every line is distinct (as in SimCSE's own million-line file,
 where duplicates are rare); `--format csv` writes the same sentences as a one-column CSV (header `text`, every field
-quoted), the form of a corpus exported from a table. Every measurement runs in a fresh Python process, which builds the run as `hf_sentcl.run`
-does (`pipeline.train.build_stage`: the recipe's model, the whole corpus as training data) and trains one step;
-it reports the seconds from its start to the end of that first step, split into the phases before it, and its
-peak resident set: the larger of the building phase's (read before training starts: the corpus scan, loading and
+quoted), the form of a corpus exported from a table. Every measurement runs in a fresh Python process, which builds the
+run as `hf_sentcl.run` does (`pipeline.train.build_stage`: the recipe's model, the whole corpus as training data) and
+trains one step; it reports the seconds from its start to the end of that first step, split into the phases before it,
+and its peak resident set: the larger of the building phase's (read before training starts: the corpus scan, loading and
 tokenising happen there) and the training step's (training restarts the high-water mark to measure its own peak,
-`hf_sentcl.trainers.callbacks.TrainingCostCallback`, so `ru_maxrss` at the end holds the step's only). The first run of a
-corpus uses an empty `HF_DATASETS_CACHE`; the rerun keeps it. Figures depend on the machine: quote them with the
+`hf_sentcl.trainers.callbacks.TrainingCostCallback`, so `ru_maxrss` at the end holds the step's only). The first run of
+a corpus uses an empty `HF_DATASETS_CACHE`; the rerun keeps it. Figures depend on the machine: quote them with the
 CPU, and compare sizes within one sitting.
 """
 
@@ -140,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append({"lines": lines, "first": first, "rerun": rerun})
         print(f"{lines:>9,} lines: first run {first['first_step_done_s']:.1f} s to the first step "
               f"(data {first['data_s']:.1f} s), peak {first['peak_rss_mib']:,.0f} MiB; rerun "
-              f"{rerun['first_step_done_s']:.1f} s (data {rerun['data_s']:.1f} s), peak {rerun['peak_rss_mib']:,.0f} MiB",
+              f"{rerun['first_step_done_s']:.1f} s (data {rerun['data_s']:.1f} s), "
+              f"peak {rerun['peak_rss_mib']:,.0f} MiB",
               flush=True)
     print("\n| lines | first run: s to first step | of which data s | peak MiB (building / step) | rerun: s to first "
           "step | of which data s | peak MiB (building / step) |")

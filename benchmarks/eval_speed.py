@@ -5,10 +5,10 @@
 The baseline is the usual peer code: `SentenceTransformer(path).encode(sentences1)` and `.encode(sentences2)`
 for every task (subset) with the default batch size, then the same cosine/Spearman code hf_sentcl uses
 (`cosine_rows`, `combine_subsets`, mode `all`). hf_sentcl is what `STSEvaluator(...)(encoder)` runs: one
-`encode` over the distinct sentences of all 7 tasks, sorted by length, then the correlations. Both load the same weights with mean pooling (the model
-card's pooling of all-MiniLM-L6-v2; its Normalize module does not change cosines). The three variants run in
-alternation for `--rounds` rounds in one process, so machine drift hits all of them alike; the median per
-variant is reported, with the speed-up over the baseline and the largest |difference| in any task's Spearman.
+`encode` over the distinct sentences of all 7 tasks, sorted by length, then the correlations. Both load the same weights
+with mean pooling (the model card's pooling of all-MiniLM-L6-v2; its Normalize module does not change cosines). The
+three variants run in alternation for `--rounds` rounds in one process, so machine drift hits all of them alike; the
+median per variant is reported, with the speed-up over the baseline and the largest |difference| in any task's Spearman.
 Data loading and model loading are not timed; a short warm-up runs first.
 """
 
@@ -26,8 +26,8 @@ import torch
 from sentence_transformers import SentenceTransformer
 
 from hf_sentcl import SentenceEncoder
-from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS, resolve_model_name
 from hf_sentcl.evaluation.sts import STS_TASKS, STSEvaluator, combine_subsets, cosine_rows
+from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS, resolve_model_name
 
 MODE = "all"
 

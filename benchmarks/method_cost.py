@@ -3,19 +3,19 @@
     HF_SENTCL_DATA=/path/to/senteval python benchmarks/method_cost.py --rounds 3 [--steps 20] [--threads N]
         [--methods simcse,ifm,byop-c,byop-d,sg,sg-opt,consert,clear] [--precision bf16] [--output cost.json]
 
-Every method trains from its own MiniLM recipe (SimCSE: recipes/quickstart.yaml, mean pooling, no head; IFM (p-n+, m 0.1,
-multi-task), BYOP-C (n-, m 0.01) and BYOP-D (n-, dynamic margin): recipes/byop_minilm.yaml; SG and SG-OPT:
+Every method trains from its own MiniLM recipe (SimCSE: recipes/quickstart.yaml, mean pooling, no head; IFM (p-n+,
+m 0.1, multi-task), BYOP-C (n-, m 0.01) and BYOP-D (n-, dynamic margin): recipes/byop_minilm.yaml; SG and SG-OPT:
 recipes/sg_opt_minilm.yaml with `objective: sg` / `sg-opt`, frozen copy, 4096-wide projection head; ConSERT:
 recipes/consert_minilm.yaml, shuffle + feature cutoff, no encoder dropout; CLEAR: recipes/clear_minilm.yaml,
-del_span+reorder views plus the MLM loss on the original, three texts per sentence in one forward), with what sets the cost made equal: the
-same first sentences of the Wikipedia subset (`$HF_SENTCL_DATA/../wiki1m_subset.txt` or --train-file), batch size,
-max_len, precision, seed and number of optimizer steps, and no evaluation or saving. Throughput and memory are
-measured as in `train_vs_sentence_transformers.py` (`training_cost.RunCost`: steps per second of the training steps
-alone, first step left out; process CPU time of the same steps; peak memory = the resident-set high-water mark
-during training minus the resident set before the run built its model, so it holds the model, the method's own
-modules (SG's frozen copy and 4096-wide head), the optimizer state and the activations). Methods run alternately
-(A B C D, D C B A, ...) for --rounds rounds; medians and the ratios to SimCSE are printed. Timings mean something on an otherwise idle machine; CPU time per step
-is steadier on a shared one (--threads 1).
+del_span+reorder views plus the MLM loss on the original, three texts per sentence in one forward), with what sets the
+cost made equal: the same first sentences of the Wikipedia subset (`$HF_SENTCL_DATA/../wiki1m_subset.txt` or
+--train-file), batch size, max_len, precision, seed and number of optimizer steps, and no evaluation or saving.
+Throughput and memory are measured as in `train_vs_sentence_transformers.py` (`training_cost.RunCost`: steps per second
+of the training steps alone, first step left out; process CPU time of the same steps; peak memory = the resident-set
+high-water mark during training minus the resident set before the run built its model, so it holds the model, the
+method's own modules (SG's frozen copy and 4096-wide head), the optimizer state and the activations). Methods run
+alternately (A B C D, D C B A, ...) for --rounds rounds; medians and the ratios to SimCSE are printed. Timings mean
+something on an otherwise idle machine; CPU time per step is steadier on a shared one (--threads 1).
 """
 
 from __future__ import annotations

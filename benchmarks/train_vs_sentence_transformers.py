@@ -63,20 +63,20 @@ import datasets
 import numpy as np
 import torch
 from datasets import Dataset
+from gemm_rate import gemm_rate, gemm_share, step_tokens
 from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
 from sentence_transformers.sentence_transformer.losses import (
     CachedMultipleNegativesRankingLoss,
     MultipleNegativesRankingLoss,
 )
 from sentence_transformers.sentence_transformer.training_args import SentenceTransformerTrainingArguments
-from transformers import set_seed
-from gemm_rate import gemm_rate, gemm_share, step_tokens
 from training_cost import alternating, medians, profile_training_step, ratio, train_measured, trainer_from_recipe
+from transformers import set_seed
 
 from hf_sentcl.data import load_training_dataset
-from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS, resolve_model_name
-from hf_sentcl.hub.download import resolve_data_dir
 from hf_sentcl.evaluation.sts import STSEvaluator
+from hf_sentcl.hub.download import resolve_data_dir
+from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS, resolve_model_name
 from hf_sentcl.modeling.fast_dropout import ATTENTION_NAME as FAST_DROPOUT_ATTENTION
 from hf_sentcl.recipe.parser import Recipe, parse_cli_overrides, parse_recipe
 
@@ -234,7 +234,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="Score the trained models on the 7 STS tasks (first round).")
     parser.add_argument("--eval-batch-size", type=int, default=128)
     parser.add_argument("--padded-row", action=argparse.BooleanOptionalAction, default=True,
-                        help="Also measure hf_sentcl with the padded encoder path (variant 'padded: --unpadded false').")
+                        help="Also measure hf_sentcl with the padded encoder path "
+                             "(variant 'padded: --unpadded false').")
     parser.add_argument("--gemm", action=argparse.BooleanOptionalAction, default=True,
                         help="Measure the fp32 GEMM rate at the encoder's shapes and report each step's share of it.")
     parser.add_argument("--profile", action="store_true",

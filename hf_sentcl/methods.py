@@ -187,7 +187,8 @@ register_method(
         config_path="hf_sentcl.configs.self_guided.SelfGuidedConfig",
         trainer_path="hf_sentcl.trainers.self_guided.SelfGuidedTrainer",
         text_columns=("text",),
-        summary="Self-guided contrastive learning, SG / SG-OPT: [CLS] vs. a frozen copy's layer views (Kim et al. 2021).",
+        summary="Self-guided contrastive learning, SG / SG-OPT: [CLS] vs. a frozen copy's layer views "
+        "(Kim et al. 2021).",
         sharded_weights_problem="its frozen copy, projection head and parameter-distance regularizer use the "
         "encoder's weights outside its forward",
     )

@@ -20,11 +20,12 @@ os.environ["HF_HUB_CACHE"] = os.path.join(_hub_home, "hub")
 os.environ["HF_ASSETS_CACHE"] = os.path.join(_hub_home, "assets")
 atexit.register(shutil.rmtree, _hub_home, ignore_errors=True)
 
-from pathlib import Path
+# imported after the cache settings above, which must be in place before datasets and huggingface_hub load
+from pathlib import Path  # noqa: E402
 
-import pytest
-import torch
-from helpers import build_tiny_bert, build_tiny_roberta, random_sentences, write_full_senteval
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from helpers import build_tiny_bert, build_tiny_roberta, random_sentences, write_full_senteval  # noqa: E402
 
 # The models here are tiny: one intra-op thread is as fast as two on an idle machine and avoids OpenMP
 # oversubscription stalls (10x slower steps) when the 2 cores are shared with other work.

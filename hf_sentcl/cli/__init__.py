@@ -33,8 +33,9 @@ def get_commands() -> dict[str, str]:
 def usage() -> str:
     width = max(map(len, COMMANDS))
     lines = [f"  {name:{width}}  {summary}" for name, summary in get_commands().items()]
-    return "usage: hf-sentcl COMMAND [ARGS ...]   (`hf-sentcl COMMAND --help` for its options)\n\ncommands:\n" + "\n".join(
-        lines
+    return (
+        "usage: hf-sentcl COMMAND [ARGS ...]   (`hf-sentcl COMMAND --help` for its options)\n\ncommands:\n"
+        + "\n".join(lines)
     )
 
 

@@ -189,7 +189,8 @@ class FileScan:
         """The account of loading this file's `columns` (None: a .txt's one column) with texts cut to `max_chars`."""
         counts = {key: 0 for key in (*DROP_COUNTS, *REPAIR_COUNTS)}
         first: dict[str, int] = {}
-        for key, (number, line) in (("invalid_utf8_lines_repaired", self.invalid_utf8), ("nul_lines_repaired", self.nul),
+        for key, (number, line) in (("invalid_utf8_lines_repaired", self.invalid_utf8),
+                                    ("nul_lines_repaired", self.nul),
                                     ("crlf_line_ends_normalised", self.line_ends)):
             counts[key] = number
             if number:
@@ -638,7 +639,8 @@ def _header_problem(path: Path, label: str, header: tuple[str, ...]) -> str | No
     seen = set()
     for name in header:
         if name in seen:
-            return f"{label} '{path}' line 1: the header names the column '{name}' twice; give each column its own name."
+            return (f"{label} '{path}' line 1: the header names the column '{name}' twice; "
+                    "give each column its own name.")
         seen.add(name)
     return None
 
@@ -653,7 +655,8 @@ def _long_texts(values: list[str], column: int) -> list[tuple[int, int, int, boo
     if not values or max(map(len, values)) <= MIN_TEXT_CHARS:
         return []
     lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
-    return [(int(i), column, int(lengths[i]), bool(values[i].strip())) for i in np.flatnonzero(lengths > MIN_TEXT_CHARS)]
+    return [(int(i), column, int(lengths[i]), bool(values[i].strip()))
+            for i in np.flatnonzero(lengths > MIN_TEXT_CHARS)]
 
 
 class _LineEnds:

@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 MODEL_META_MODULE = "model_meta.py"  # beside `results/`, at the root given to `export/push --mteb-results`
 MODEL_META_JSON = "model_meta.json"  # in the revision folder, as mteb's ResultCache writes it
 
-MODULE_TEMPLATE = '''"""{name} in mteb's model registry, written by hf_sentcl with the same values as its model_meta.json.
+MODULE_TEMPLATE = '''\
+"""{name} in mteb's model registry, written by hf_sentcl with the same values as its model_meta.json.
 
 Add it to a fork of embeddings-benchmark/mteb as mteb/models/model_implementations/{file_name}.
 The revision must be the Hub commit whose results are in results/{folder}/<revision>/.

@@ -323,7 +323,8 @@ class SentenceEncoder(PreTrainedModel):
         pass (e.g. every layer pooled every way). The sentences are tokenised in one call, sorted by token length
         (longest first, so padding is minimal and a memory problem shows up on the first batch) and batched;
         `fn` gets `input_ids`/`attention_mask` on the model's device and returns a (batch, ...) tensor. It runs
-        in eval mode under `torch.inference_mode` (`torch.no_grad` in `evaluating_in_training`), with bf16 autocast when `bf16` and the device supports it.
+        in eval mode under `torch.inference_mode` (`torch.no_grad` in `evaluating_in_training`), with bf16 autocast when
+        `bf16` and the device supports it.
         """
         if self.tokenizer is None:
             raise RuntimeError("This encoder has no tokenizer attached; call attach_tokenizer(tokenizer) first.")

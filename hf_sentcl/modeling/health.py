@@ -16,7 +16,8 @@ import numpy as np
 import torch
 from torch import nn
 
-#: written into checkpoint-N by the trainer once every file of the checkpoint is on disk (see hf_sentcl.recipe.run_folder)
+#: written into checkpoint-N by the trainer once every file of the checkpoint is on disk
+#: (see hf_sentcl.recipe.run_folder)
 CHECKPOINT_COMPLETE = "checkpoint_complete.json"
 
 

@@ -23,7 +23,8 @@ LENGTH_SAMPLERS = ("group_by_length", "batch_rebalance")
 def dropout_overrides(name_or_path: str, probability: float) -> dict[str, float]:
     """`from_pretrained` keyword arguments that set every dropout probability of the backbone's config."""
     config = AutoConfig.from_pretrained(resolve_model_name(name_or_path))
-    return {key: probability for key, value in config.to_dict().items() if "dropout" in key and isinstance(value, float)}
+    return {key: probability for key, value in config.to_dict().items()
+            if "dropout" in key and isinstance(value, float)}
 
 
 def build_encoder(recipe: Recipe) -> SentenceEncoder:

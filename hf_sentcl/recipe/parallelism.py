@@ -50,7 +50,8 @@ def requests_deepspeed(args) -> bool:
 
 
 def requested_sharding(args) -> str | None:
-    """The sharding the launcher or the recipe asks for ('FSDP', 'DeepSpeed ZeRO-N'), or None (plain DDP / one process)."""
+    """The sharding the launcher or the recipe asks for ('FSDP', 'DeepSpeed ZeRO-N'), or None (plain DDP / one
+    process)."""
     if _env_true("ACCELERATE_USE_FSDP") or getattr(args, "fsdp", None):
         return "FSDP"
     if requests_deepspeed(args):

@@ -324,7 +324,8 @@ def consert_stages(recipe) -> list:
                 f"'{stage_one_export}', but that folder does not exist (point it at a stage-1 checkpoint instead)."
             )
         return stages[1:]
-    if resume_first and (stage_dir / RUN_COMPLETE_JSON).is_file():  # `auto`: stage 1 finished, stage 2 had no checkpoint
+    # `auto`: stage 1 finished, stage 2 had no checkpoint
+    if resume_first and (stage_dir / RUN_COMPLETE_JSON).is_file():
         return stages[1:]
     return stages
 

@@ -17,7 +17,9 @@ class SimCSETrainer(ContrastiveTrainer):
     def contrastive_loss(
         self, views: torch.Tensor, groups: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        exclude = None if groups is None else self.record_masked(info_nce_mask(groups[0], groups[0], guide=self.guide_rule))
+        exclude = (
+            None if groups is None else self.record_masked(info_nce_mask(groups[0], groups[0], guide=self.guide_rule))
+        )
         # perturbation unset -> exactly info_nce
         loss = margin_info_nce(
             views[0], views[1], self.args.temperature, exclude=exclude, **self.args.margin_loss_kwargs()

@@ -6,7 +6,14 @@ import signal
 
 import pytest
 
-from hf_sentcl.common.preemption import Preempted, current_watch, set_phase, signal_numbers, stop_watching, watch_signals
+from hf_sentcl.common.preemption import (
+    Preempted,
+    current_watch,
+    set_phase,
+    signal_numbers,
+    stop_watching,
+    watch_signals,
+)
 from hf_sentcl.configs.simcse import SimCSEConfig
 
 

@@ -63,7 +63,8 @@ def mine_both(models, settings: dict, with_anchors: bool) -> tuple[dict, dict]:
     result = mine_hard_negatives(
         ours, pairs, pool,
         MiningSettings(rank_start=settings.get("range_min", 0), rank_end=WINDOW,
-                       absolute_margin=settings.get("absolute_margin"), relative_margin=settings.get("relative_margin")),
+                       absolute_margin=settings.get("absolute_margin"),
+                       relative_margin=settings.get("relative_margin")),
     )
     mined = st_mine_hard_negatives(
         Dataset.from_dict({"anchor": pairs.anchors, "positive": pairs.positives}), theirs, corpus=pool,

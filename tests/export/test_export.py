@@ -285,7 +285,8 @@ def test_cli_from_evaluate_output_with_mteb_files(tiny_bert_dir, real_data_dir, 
     res = tmp_path / "res.json"
     res.write_text(json.dumps(evaluated))
     out, mt = tmp_path / "out", tmp_path / "mt"
-    common = ["--results", str(res), "--mteb-results", str(mt), "--repo-id", "org/name", "--data-dir", str(real_data_dir)]
+    common = ["--results", str(res), "--mteb-results", str(mt), "--repo-id", "org/name",
+              "--data-dir", str(real_data_dir)]
     assert main([str(tiny_bert_dir), str(out), "--pooling", "mean", *common]) == 2  # not what was evaluated
     assert "pooling 'max'" in capsys.readouterr().err and not out.exists()
     other = shutil.copytree(tiny_bert_dir, tmp_path / "other-model")

@@ -318,7 +318,8 @@ def test_module_entry_point_offline(hub_cache, hf_home):
     env.pop("HF_SENTCL_DATA", None)
 
     def data_cli(*argv):
-        return subprocess.run([sys.executable, "-m", "hf_sentcl", "data", *argv], env=env, capture_output=True, text=True)
+        return subprocess.run([sys.executable, "-m", "hf_sentcl", "data", *argv], env=env, capture_output=True,
+                              text=True)
 
     done = data_cli("download", "--what", f"senteval,{WIKI}")
     assert done.returncode == 0, done.stderr

@@ -58,7 +58,8 @@ def test_text_groups_compare_real_tokens_only():
     a_ids, a_mask = tokenize(texts[:2], width=3)
     b_ids, b_mask = tokenize(texts[2:], width=5)
     joined = text_groups(
-        torch.cat([torch.nn.functional.pad(a_ids, (0, 2)), b_ids]), torch.cat([torch.nn.functional.pad(a_mask, (0, 2)), b_mask])
+        torch.cat([torch.nn.functional.pad(a_ids, (0, 2)), b_ids]),
+        torch.cat([torch.nn.functional.pad(a_mask, (0, 2)), b_mask])
     )
     assert torch.equal(joined == joined[:, None], right == right[:, None])
 

@@ -403,7 +403,8 @@ def test_bf16_autocast_matches_padded(tiny_bert_dir, pooling):
     worst = max(((padded_grads[k] - packed_grads[k]).abs().max() / padded_grads[k].abs().max()).item()
                 for k in compared)
     print(f"bf16 {pooling}: forward {(padded - packed).abs().max().item():.2e}, worst relative gradient {worst:.2e}")
-    assert torch.allclose(packed.float(), padded.float(), atol=3e-2) and worst < 1.2e-2  # 5.7e-3 here; 2.4e-2 without K, V
+    assert (torch.allclose(packed.float(), padded.float(), atol=3e-2)
+            and worst < 1.2e-2)  # 5.7e-3 here; 2.4e-2 without K, V
 
 
 def test_training_runs_the_explicit_product_and_inference_sdpa(tiny_bert_dir):

@@ -194,13 +194,15 @@ def test_run_on_senteval_data_claims_mteb_scores(tmp_path, base_values, real_dat
     from mteb.results import TaskResult
 
     out = tmp_path / "out"
-    recipe = write_recipe(tmp_path, **{**base_values, "sts_data_dir": str(real_data_dir)}, per_device_train_batch_size=4,
-                          max_steps=2, eval_steps=2, save_steps=2, use_cpu=True, eval_before_training=False)
+    recipe = write_recipe(tmp_path, **{**base_values, "sts_data_dir": str(real_data_dir)},
+                          per_device_train_batch_size=4, max_steps=2, eval_steps=2, save_steps=2, use_cpu=True,
+                          eval_before_training=False)
     assert main([str(recipe)]) == 0
     results = json.loads((out / "results.json").read_text())
     mteb = results["mteb_sts"]
     assert {t: mteb[t] for t in STS_TASKS[:-1]} == {t: results["sts"]["after"][t] for t in STS_TASKS[:-1]}
-    sick = STSEvaluator(real_data_dir, tasks=("SICKRelatedness",), sick_split="all")(SentenceEncoder.from_pretrained(out))
+    sick = STSEvaluator(real_data_dir, tasks=("SICKRelatedness",),
+                        sick_split="all")(SentenceEncoder.from_pretrained(out))
     assert mteb["SICKRelatedness"] == pytest.approx(sick["SICKRelatedness"], abs=1e-6)
     assert mteb["SICKRelatedness"] != pytest.approx(results["sts"]["after"]["SICKRelatedness"], abs=1e-3)
     card = ModelCard.load(out / "export" / "README.md")

@@ -68,9 +68,9 @@ def test_fsdp_config_on_cpu_is_refused_before_work(tmp_path, tiny_bert_dir, sent
 
 
 # ------------------------------------------------------------------------------------------------ resume
-#: DeepSpeed only (CI time: three launches each): DDP resumes four times in tests/pipeline/test_preemption.py's 2-process
-#: chain and must end there with the uninterrupted run's weights, which a resume that ignored the checkpoint's weights
-#: (a DDP checkpoint has no other copy of them to nudge apart) or ran its steps again would not reach
+#: DeepSpeed only (CI time: three launches each): DDP resumes four times in tests/pipeline/test_preemption.py's
+#: 2-process chain and must end there with the uninterrupted run's weights, which a resume that ignored the checkpoint's
+#: weights (a DDP checkpoint has no other copy of them to nudge apart) or ran its steps again would not reach
 RESUME_CONFIGS = {"zero2": "deepspeed_zero2.yaml", "zero3": "deepspeed_zero3.yaml"}
 
 

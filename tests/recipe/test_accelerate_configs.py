@@ -146,7 +146,8 @@ def test_batch_keys_on_the_command_line_replace_the_file(tmp_path, tiny_bert_dir
     per_device = tmp_path / "per_device.yaml"
     per_device.write_text(common + "per_device_train_batch_size: 16\n")
     recipe = parse_recipe(per_device, ["--global_train_batch_size", "48"])
-    assert recipe.training.per_device_train_batch_size == 48 and "per_device_train_batch_size" not in recipe.explicit_keys
+    assert (recipe.training.per_device_train_batch_size == 48
+            and "per_device_train_batch_size" not in recipe.explicit_keys)
     validate_recipe(recipe)
     global_file = tmp_path / "global.yaml"
     global_file.write_text(common + "global_train_batch_size: 48\n")

@@ -107,8 +107,8 @@ def test_validation_names_the_missing_nli_file(tmp_path, senteval_dir, tiny_bert
 
 
 @pytest.mark.parametrize(
-    "name", ["consert_bert", "consert_bert_joint", "consert_bert_joint_unsup", "consert_bert_sup_unsup", "consert_minilm",
-             "consert_minilm_joint"]
+    "name", ["consert_bert", "consert_bert_joint", "consert_bert_joint_unsup", "consert_bert_sup_unsup",
+             "consert_minilm", "consert_minilm_joint"]
 )
 def test_recipes_carry_the_paper_settings(repo_root, monkeypatch, name):
     """Section 4.1: mean pooling in training, no head, tau 0.1, alpha 0.15, batch 96, max_len 64, 10% warm-up,

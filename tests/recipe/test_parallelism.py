@@ -215,7 +215,8 @@ def test_resume_accepts_every_trainer_checkpoint_layout(tmp_path, layout):
 
 
 def test_resume_still_refuses_a_checkpoint_without_optimizer_state(tmp_path):
-    missing = missing_checkpoint_files(checkpoint_with(tmp_path / "checkpoint-4", files=("scheduler.pt", "model.safetensors")))
+    missing = missing_checkpoint_files(checkpoint_with(tmp_path / "checkpoint-4",
+                                                       files=("scheduler.pt", "model.safetensors")))
     assert len(missing) == 1 and missing[0].startswith("optimizer.pt")
     folder = checkpoint_with(tmp_path / "checkpoint-8", files=("optimizer.bin",), folders=("optimizer_0",))
     assert "scheduler.pt" in missing_checkpoint_files(folder)

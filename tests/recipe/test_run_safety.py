@@ -96,7 +96,8 @@ def test_output_dir_without_room_for_a_checkpoint_refused(tmp_path, values, caps
     assert "output_dir" in err and f"{free / 2**20:.0f} MiB free" in err and f"{5 * weights / 2**20:.0f} MiB" in err
     assert not values["output_dir"].exists()
     monkeypatch.setattr(shutil, "disk_usage", lambda path: real_usage(path)._replace(free=5 * weights))
-    monkeypatch.setattr("hf_sentcl.pipeline.train.build_encoder", lambda recipe: (_ for _ in ()).throw(RuntimeError("loaded")))
+    monkeypatch.setattr("hf_sentcl.pipeline.train.build_encoder",
+                        lambda recipe: (_ for _ in ()).throw(RuntimeError("loaded")))
     with pytest.raises(RuntimeError, match="loaded"):  # enough room: the check passes and the run goes on
         main([str(write_recipe(tmp_path / "r.yaml", **values))])
 

@@ -434,7 +434,8 @@ def test_recipe_pad_to_multiple_of_reaches_the_clear_collator(tiny_bert_dir, tmp
     args = CLEARConfig(output_dir=str(tmp_path), use_cpu=True, augmentation="reorder", mlm_weight=0.0,
                        per_device_train_batch_size=2, report_to="none", eval_strategy="no", save_strategy="no",
                        load_best_model_at_end=False)
-    texts = Dataset.from_dict({"view0": [encoder.tokenizer("a b c")["input_ids"], encoder.tokenizer("d e")["input_ids"]]})
+    texts = Dataset.from_dict({"view0": [encoder.tokenizer("a b c")["input_ids"],
+                                         encoder.tokenizer("d e")["input_ids"]]})
     trainer = CLEARTrainer(model=encoder, args=args, train_dataset=texts,
                            data_collator=ViewCollator(encoder.tokenizer, pad_to_multiple_of=8))
     batch = trainer.data_collator([trainer.train_dataset[0], trainer.train_dataset[1]])

@@ -233,7 +233,8 @@ def test_hand_guided_mask_is_neither_empty_nor_the_duplicate_mask():
 
 def test_hand_mask_is_not_empty():
     """The masked comparison can fail: the batch has duplicates, and masking them changes the loss."""
-    assert hand_mask().sum() == 5  # rows 0 and 3 share a premise, rows 0 and 4 an entailment, row 5 contradicts with row 1's entailment
+    # rows 0 and 3 share a premise, rows 0 and 4 an entailment, row 5 contradicts with row 1's entailment
+    assert hand_mask().sum() == 5
     assert (reference("sup_masked")[0] - reference("sup")[0]).abs() > 1e-3
 
 

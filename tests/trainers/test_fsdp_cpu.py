@@ -31,7 +31,8 @@ def batches():
 
 
 def train(model, rows):
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3, eps=1e-6)  # see test_scaling.py's adam_epsilon
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3,
+                                  eps=1e-6)  # see test_scaling.py's adam_epsilon
     model.train()
     for ids in batches():
         z = model(input_ids=ids[rows]).embeddings
