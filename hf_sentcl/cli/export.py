@@ -104,6 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         probes = read_probe_sentences(args.probe_file, args.probe_count) if args.probe_file else PROBE_SENTENCES
         score_mteb = (bool(results.get("sts")) or bool(args.mteb_results)) and not results.get("mteb_sts")
         data_dir = resolve_data_dir(args.data_dir) if score_mteb else None
+        if score_mteb:  # a file missing or malformed is an error here, before the model loads
+            STSEvaluator(data_dir, mode="all", sick_split="all")
         problem = mteb_data_problem(data_dir) if score_mteb else None
         if problem and args.mteb_results:
             raise ExportError(f"--mteb-results: MTEB-protocol scores are computed on SentEval's own STS data only, "
@@ -112,8 +114,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"No model-index in the card: MTEB-protocol scores are computed on SentEval's own STS data only, "
                   f"and {problem}.", file=sys.stderr)
         score_mteb = score_mteb and not problem
-        if score_mteb:
-            STSEvaluator(data_dir, mode="all", sick_split="all")  # reads (and so checks) every STS file now
         check_results_match(results, args.checkpoint, results_path)
         pooling = args.pooling or (results.get("pooling") if results.get("source") == "evaluate" else None)
         encoder = load_checkpoint(args.checkpoint, pooling, args.pooling_layer)

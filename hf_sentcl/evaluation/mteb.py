@@ -49,8 +49,12 @@ RESULTS_DIRNAME = "results"  # the results repository keeps models under results
 INSTALL_HINT = 'install it with `pip install "hf-sentcl[mteb]"` (or `pip install "mteb>=2"`)'
 
 
-#: the SentEval files MTEB's STS protocol reads: STS12-16's test files, STS-B's test split and all of SICK
-MTEB_FILES = tuple(name for name in KNOWN_PAIRS if not name.startswith("STSBenchmark/") or name.endswith("-test.csv"))
+#: the SentEval files MTEB's STS protocol reads: STS12-16's test inputs and their gold scores, STS-B's test split and
+#: all of SICK
+MTEB_FILES = tuple(
+    file for name in KNOWN_PAIRS if not name.startswith("STSBenchmark/") or name.endswith("-test.csv")
+    for file in ((name, name.replace("/STS.input.", "/STS.gs.")) if "/STS.input." in name else (name,))
+)
 
 
 def mteb_available() -> bool:

@@ -117,12 +117,16 @@ def export_run(
 ) -> tuple[Path, ExportPlan]:
     """Export a run's final encoder to `output_dir/export` with its model card (from `results`) and plots, and its
     MTEB-protocol STS scores as MTEB result files under `output_dir/mteb_results` (when mteb is installed).
-    Returns (folder, plan)."""
-    export_dir = Path(output_dir) / EXPORT_DIRNAME
+    Result files an earlier run left in `output_dir` are removed first: a push files whatever that folder holds
+    under this export's commit. Returns (folder, plan)."""
+    export_dir, mteb_dir = Path(output_dir) / EXPORT_DIRNAME, Path(output_dir) / MTEB_RESULTS_DIRNAME
     plan, _ = export_with_card(encoder, export_dir, results, repo_id=repo_id, plots_from=output_dir, overwrite=True)
+    if mteb_dir.exists():
+        shutil.rmtree(mteb_dir)
+        logger.info("Removed %s, an earlier run's MTEB result files: they are not this run's.", mteb_dir)
     if results.get("mteb_sts"):
         if mteb_available():
-            export_mteb_results(Path(output_dir) / MTEB_RESULTS_DIRNAME, results, export_dir, plan, repo_id)
+            export_mteb_results(mteb_dir, results, export_dir, plan, repo_id)
         else:
             logger.info("MTEB result files were not written: mteb is not installed (%s).", INSTALL_HINT)
     return export_dir, plan

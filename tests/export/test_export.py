@@ -340,6 +340,10 @@ def test_cli_claims_no_mteb_scores_for_other_sts_data(tiny_bert_dir, senteval_di
     assert "--mteb-results: MTEB-protocol scores are computed on SentEval's own STS data only" in error
     assert f"{senteval_dir}/STS/STS12-en-test/sizes.json declares sizes other than SentEval's" in error
     assert not out.exists() and not (tmp_path / "mt").exists()
+    broken = shutil.copytree(senteval_dir, tmp_path / "broken")
+    (broken / "SICK" / "SICK_train.txt").unlink()  # a file the protocol reads is missing: an error, as ever
+    assert main([*common[:-1], str(broken)]) == 2
+    assert "SICK_train.txt" in capsys.readouterr().err and not out.exists()
     assert main(common) == 0
     assert "No model-index in the card" in capsys.readouterr().err
     card = ModelCard.load(out / "README.md")

@@ -188,15 +188,20 @@ def test_recipe_hub_settings_checked_before_training(tmp_path, monkeypatch, repo
 
 @pytest.mark.slow
 def test_publish_run_exports_then_pushes_only_the_export(tiny_bert_dir, tmp_path, capsys, monkeypatch):
-    """The end of a recipe run with push_to_hub: export + card in output_dir/export, then one upload of it."""
+    """The end of a recipe run with push_to_hub: export + card in output_dir/export, then one upload of it. MTEB
+    result files an earlier run left in output_dir are removed, not filed under this export's commit."""
     monkeypatch.setenv("HF_TOKEN", FAKE_TOKEN)
     encoder = SentenceEncoder.from_backbone(str(tiny_bert_dir), pooling="cls", head="mlp").eval()
     (tmp_path / "checkpoint-8").mkdir()  # a training checkpoint beside the export must not be uploaded
+    earlier = tmp_path / "mteb_results" / "results" / "hf_sentcl__export" / "no_revision_available"
+    earlier.mkdir(parents=True)
+    (earlier / "STS12.json").write_text("{}")  # this run has no MTEB-protocol scores
     args = SimpleNamespace(output_dir=str(tmp_path), hub_model_id="me/enc", push_to_hub=True,
                            hub_private_repo=True, hub_revision=None)
     api = RecordingApi()
     info = publish_run(encoder, {"method": "simcse"}, args, api=api)
     assert info == {"path": str(tmp_path / "export"), "pushed_to": "https://huggingface.co/me/enc/commit/0123456"}
+    assert not (tmp_path / "mteb_results").exists()
     assert api.calls[0][2]["private"] is True
     assert Path(api.calls[-1][2]["folder_path"]).name == "export" and 'model_id = "me/enc"' in api.card
     assert 'model_id = "me/enc"' in (tmp_path / "export" / "README.md").read_text()
