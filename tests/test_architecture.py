@@ -211,3 +211,18 @@ def test_a_process_start_does_not_import_what_one_step_uses():
     assert "hf_sentcl.evaluation.plots" in imported and "torch" in imported  # the walk follows the package
     early = sorted(name for name in imported if name.split(".")[0] in DEFERRED_PACKAGES)
     assert early == []
+
+
+def test_the_command_lines_help_and_data_commands_start_without_torch():
+    """`hf-sentcl --help` and `hf-sentcl data` load neither torch nor transformers (10 s of a process start on a
+    2-core CPU): the package's `SentenceEncoder` is imported on first use."""
+    import subprocess
+    import sys
+
+    check = ("import sys; from hf_sentcl.cli import main; import hf_sentcl.cli.data; main(['--help']); "
+             "sys.exit(sorted({'torch', 'transformers'} & set(sys.modules)) or None)")
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True)
+    assert done.returncode == 0 and "commands:" in done.stdout, done.stderr
+    from hf_sentcl import SentenceEncoder, SentenceEncoderConfig, modeling
+
+    assert (SentenceEncoder, SentenceEncoderConfig) == (modeling.SentenceEncoder, modeling.SentenceEncoderConfig)
