@@ -107,12 +107,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if score_mteb:  # a file missing or malformed is an error here, before the model loads
             STSEvaluator(data_dir, mode="all", sick_split="all")
         problem = mteb_data_problem(data_dir) if score_mteb else None
-        if problem and args.mteb_results:
-            raise ExportError(f"--mteb-results: MTEB-protocol scores are computed on SentEval's own STS data only, "
-                              f"and {problem}. Give --data-dir (or HF_SENTCL_DATA) SentEval's data folder.")
         if problem:
-            print(f"No model-index in the card: MTEB-protocol scores are computed on SentEval's own STS data only, "
-                  f"and {problem}.", file=sys.stderr)
+            why = f"MTEB-protocol scores are computed on SentEval's own STS data only, and {problem}"
+            if args.mteb_results:
+                raise ExportError(f"--mteb-results: {why}. Give --data-dir (or HF_SENTCL_DATA) SentEval's data folder.")
+            print(f"No model-index in the card: {why}.", file=sys.stderr)
         score_mteb = score_mteb and not problem
         check_results_match(results, args.checkpoint, results_path)
         pooling = args.pooling or (results.get("pooling") if results.get("source") == "evaluate" else None)
