@@ -555,21 +555,24 @@ def compared_check(check: str, args, reference: dict) -> dict:
 
 # ---------------------------------------------------------------------------------------------- the GPU step's speed
 #: steps of each configuration in `perf` (the first, with any compilation, is left out of the step time)
-PERF_STEPS = 40
+PERF_STEPS = 100
 #: seconds the whole `perf` comparison may take
 PERF_TIMEOUT = 420
 
 
 def perf_command(args, corpus: Path, output: Path, flash: bool) -> list[str]:
-    """benchmarks/train_vs_sentence_transformers.py on the GPU, bf16, one round: hf_sentcl's default route (padded
-    SDPA on CUDA), with `compile_layers`, with unsupervised SimCSE's own [CLS] pooling and MLP head (the last layer
-    on first positions only), FlashAttention's varlen route when `flash`, and sentence-transformers."""
-    variants = ["compiled: --compile_layers true", "cls: --pooling cls --head mlp"]
+    """benchmarks/train_vs_sentence_transformers.py on the GPU, bf16, two alternating rounds (the configuration that
+    runs first in a process pays its CUDA warm-up: 4.6 s and a slower mean step on an H200): hf_sentcl's default
+    route (padded SDPA on CUDA), with `compile_layers`, with unsupervised SimCSE's own [CLS] pooling and MLP head
+    (the last layer on first positions only), the whole model compiled with CUDA graphs (its padded lengths bounded
+    by `pad_to_multiple_of`), FlashAttention's varlen route when `flash`, and sentence-transformers."""
+    variants = ["compiled: --compile_layers true", "cls: --pooling cls --head mlp",
+                "graphs: --torch_compile true --torch_compile_mode reduce-overhead --pad_to_multiple_of 8"]
     if flash:
         variants += ["varlen: --attn_implementation flash_attention_2",
                      "varlen+compiled: --attn_implementation flash_attention_2 --compile_layers true"]
     return [sys.executable, str(Path(__file__).resolve().parent / "train_vs_sentence_transformers.py"),
-            "--device", "cuda", "--precisions", "bf16", "--rounds", "1", "--no-sts", "--no-padded-row",
+            "--device", "cuda", "--precisions", "bf16", "--rounds", "2", "--no-sts", "--no-padded-row",
             "--model", str(args.workdir / "model"), "--train-file", str(corpus),
             "--train-samples", str(GLOBAL_BATCH * PERF_STEPS), "--batch-size", str(GLOBAL_BATCH),
             "--max-seq-length", str(MAX_TOKENS), "--output", str(output),

@@ -278,7 +278,8 @@ def profile_all(args: argparse.Namespace, variants: dict[str, dict], sentences: 
             print("\n" + step.report(f"{name} {precision}"), flush=True)
             print(step.table, flush=True)
             out[f"{name} {precision}"] = {"wall_ms": step.wall_ms, "phase_ms": step.phase_ms,
-                                          "untracked_ms": step.untracked_ms,
+                                          "untracked_ms": step.untracked_ms, "device_busy_ms": step.device_busy_ms,
+                                          "device_kernels": step.device_kernels,
                                           "top_ops": {k: v[:10] for k, v in step.top_ops.items()}}
     return out
 

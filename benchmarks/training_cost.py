@@ -10,7 +10,9 @@
 - `trainer_from_recipe`: the trainer `hf_sentcl.run` builds for a recipe (without its STS-B dev evaluator).
 - `profile_training_step`: torch.profiler over exactly one optimizer step of a `Trainer` (the interval
   `TrainingCostCallback` times), with every operator's self CPU time put into a phase: data, forward, loss,
-  backward, optimizer (including gradient clipping and zero_grad) or other.
+  backward, optimizer (including gradient clipping and zero_grad) or other; on a GPU also the time the GPU was busy
+  (the union of its kernels' and copies' intervals) and their number, which tell a launch-bound step (busy far
+  below the wall time) from a GPU-bound one.
 
 Run the scripts from the repository root (`python benchmarks/...`); this directory is then on the import path.
 """
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 from cached_memory import current_rss_bytes, release_freed_memory
+from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile, record_function
 from transformers import Trainer, TrainerCallback, set_seed
 
@@ -157,6 +160,9 @@ class StepProfile:
     phase_ms: dict[str, float]
     top_ops: dict[str, list[tuple[str, float]]]
     table: str = field(repr=False)
+    #: on a GPU: the milliseconds it was busy in the step (union of kernel and copy intervals) and their number
+    device_busy_ms: float | None = None
+    device_kernels: int = 0
 
     @property
     def untracked_ms(self) -> float:
@@ -172,6 +178,10 @@ class StepProfile:
         untracked = self.untracked_ms
         lines.append(f"  {'python':9s} {untracked:8.1f} ms {100 * untracked / self.wall_ms:5.1f}%   "
                      "(wall time outside any operator)")
+        if self.device_busy_ms is not None:
+            busy = self.device_busy_ms
+            lines.append(f"  {'GPU busy':9s} {busy:8.1f} ms {100 * busy / self.wall_ms:5.1f}%   "
+                         f"({self.device_kernels} kernels and copies)")
         return "\n".join(lines)
 
 
@@ -219,18 +229,26 @@ def _phase_of(event) -> str:
 class _OneStepProfiler(TrainerCallback):
     """Profiles the interval between the end of step `skip` and the end of step `skip + 1`."""
 
-    def __init__(self, skip: int) -> None:
+    def __init__(self, skip: int, cuda: bool = False) -> None:
         self.skip = skip
+        self.cuda = cuda
         self.profiler: profile | None = None
         self.wall_ms = 0.0
         self._start = 0.0
 
+    def _synchronize(self) -> None:
+        if self.cuda:  # the interval holds the step's GPU work, not only its launches
+            torch.cuda.synchronize()
+
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step == self.skip:
-            self.profiler = profile(activities=[ProfilerActivity.CPU])
+            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
+            self._synchronize()
+            self.profiler = profile(activities=activities)
             self.profiler.__enter__()
             self._start = time.perf_counter()
         elif self.profiler is not None and state.global_step == self.skip + 1:
+            self._synchronize()
             self.wall_ms = (time.perf_counter() - self._start) * 1000
             self.profiler.__exit__(None, None, None)
             control.should_training_stop = True
@@ -246,7 +264,7 @@ def profile_training_step(
     handles = [encoder.register_forward_pre_hook(forward.enter), encoder.register_forward_hook(forward.exit)]
     trainer.compute_loss = _labelled(trainer.compute_loss, f"{_LABEL}loss")
     trainer.accelerator.clip_grad_norm_ = _labelled(trainer.accelerator.clip_grad_norm_, f"{_LABEL}optimizer")
-    stepper = _OneStepProfiler(skip)
+    stepper = _OneStepProfiler(skip, cuda=trainer.args.device.type == "cuda")
     trainer.add_callback(stepper)
     try:
         trainer.train()
@@ -259,10 +277,27 @@ def profile_training_step(
     phase_ms: dict[str, float] = defaultdict(float)
     per_op: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for event in events:  # a label's own self time is the Python inside its region (e.g. module-call overhead)
+        if event.device_type != DeviceType.CPU:
+            continue
         ms = event.self_cpu_time_total / 1000
         phase = _phase_of(event)
         phase_ms[phase] += ms
         per_op[phase][event.name] += ms
     top = {phase: sorted(ops.items(), key=lambda item: -item[1]) for phase, ops in per_op.items()}
     table = stepper.profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=row_limit)
-    return StepProfile(stepper.wall_ms, dict(phase_ms), top, table)
+    busy, count = device_activity(events) if stepper.cuda else (None, 0)
+    return StepProfile(stepper.wall_ms, dict(phase_ms), top, table, busy, count)
+
+
+def device_activity(events) -> tuple[float, int]:
+    """(milliseconds the GPU was busy, number of its kernels, copies and memsets) among profiler `events`: the union
+    of their intervals, so that overlapping kernels of several streams count once. A record_function label also
+    appears on the GPU's timeline, as a user annotation spanning its region's kernels; it is no GPU work."""
+    intervals = sorted((event.time_range.start, event.time_range.end) for event in events
+                       if event.device_type != DeviceType.CPU and not event.is_user_annotation)
+    total, reach = 0.0, float("-inf")
+    for start, end in intervals:
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total / 1000, len(intervals)

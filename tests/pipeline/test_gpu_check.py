@@ -371,7 +371,8 @@ def load_benchmark():
 @pytest.mark.parametrize("flash", [False, True])
 def test_perf_runs_the_benchmark_compiled_and_not_on_the_gpu(flash, tmp_path, monkeypatch, tiny_bert_dir):
     """`perf`'s command is the training benchmark on CUDA in bf16 at batch 64, max_len 32, with compile_layers, [CLS]
-    pooling (and the FlashAttention route when installed) as variants whose keys the recipe parser accepts."""
+    pooling, the whole model compiled with CUDA graphs (and the FlashAttention route when installed) as variants whose
+    keys the recipe parser accepts."""
     gpu_check, benchmark = load_script(), load_benchmark()
     monkeypatch.setattr(sys, "path", list(sys.path))
     args = SimpleNamespace(workdir=tmp_path)
@@ -380,9 +381,11 @@ def test_perf_runs_the_benchmark_compiled_and_not_on_the_gpu(flash, tmp_path, mo
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     parsed = benchmark.parse_args(command[2:])
     assert (parsed.device, parsed.precisions, parsed.batch_size, parsed.max_seq_length) == ("cuda", ["bf16"], 64, 32)
-    assert not parsed.sts and not parsed.gemm and parsed.rounds == 1
+    assert not parsed.sts and not parsed.gemm and parsed.rounds == 2
     variants = benchmark.parse_variants(parsed.variant)
-    expected = {"hf_sentcl+compiled": {"compile_layers": True}, "hf_sentcl+cls": {"pooling": "cls", "head": "mlp"}}
+    expected = {"hf_sentcl+compiled": {"compile_layers": True}, "hf_sentcl+cls": {"pooling": "cls", "head": "mlp"},
+                "hf_sentcl+graphs": {"torch_compile": True, "torch_compile_mode": "reduce-overhead",
+                                     "pad_to_multiple_of": 8}}
     if flash:
         expected["hf_sentcl+varlen"] = {"attn_implementation": "flash_attention_2"}
         expected["hf_sentcl+varlen+compiled"] = {"attn_implementation": "flash_attention_2", "compile_layers": True}
@@ -396,6 +399,9 @@ def test_perf_runs_the_benchmark_compiled_and_not_on_the_gpu(flash, tmp_path, mo
     for overrides in variants.values():
         recipe = benchmark.hf_recipe(parsed, True, overrides, str(tmp_path / "out"))
         assert recipe.training.compile_layers is overrides.get("compile_layers", False)
+        assert recipe.training.torch_compile is overrides.get("torch_compile", False)
+        assert recipe.training.torch_compile_mode == overrides.get("torch_compile_mode")
+        assert recipe.data.pad_to_multiple_of == overrides.get("pad_to_multiple_of")
         expected_pooling = (overrides.get("pooling", "mean"), overrides.get("head", "none"))
         assert (recipe.model.pooling, recipe.model.head) == expected_pooling
 
@@ -439,3 +445,20 @@ def test_seeded_sts_is_the_mean_over_the_seeds_with_the_averages_spread():
     assert means["seeds"] == 3 and benchmark.seed_means({7: {"Avg": 80.0}})["Avg_sd"] == 0.0
     assert benchmark.parse_args(["--seeds", "1,2,3", "--train-file", "x"]).seeds == [1, 2, 3]
     assert benchmark.parse_args(["--seed", "5", "--train-file", "x"]).seeds == [5]
+
+
+def test_step_profile_counts_the_gpus_busy_time_once_and_no_label_as_work():
+    """The profile's GPU-busy time (what tells a launch-bound step from a GPU-bound one) is the union of the kernels'
+    intervals: overlapping kernels count once, CPU operators and the labels' GPU-timeline annotations not at all."""
+    load_benchmark()  # puts benchmarks/ on sys.path
+    from torch.autograd import DeviceType
+    from training_cost import device_activity
+
+    def event(start, end, device=DeviceType.CUDA, annotation=False):
+        return SimpleNamespace(time_range=SimpleNamespace(start=start, end=end), device_type=device,
+                               is_user_annotation=annotation)
+
+    events = [event(0, 1000), event(500, 2000), event(3000, 3500),  # 2.5 ms of kernels, two of them overlapping
+              event(0, 9000, DeviceType.CPU), event(0, 9000, annotation=True)]
+    assert device_activity(events) == (2.5, 3)
+    assert device_activity([]) == (0.0, 0)
