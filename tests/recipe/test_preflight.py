@@ -66,6 +66,22 @@ def test_the_valid_recipe_passes_the_checks(recipe, monkeypatch):
     validate_recipe(parse_recipe(recipe))
 
 
+def test_torch_compile_without_bounded_padding_warns(recipe):
+    """transformers' torch_compile recompiles for every new padded batch length; without pad_to_multiple_of the
+    check says so (and names the key), with it the recipe is quiet."""
+    import warnings
+
+    from hf_sentcl.recipe.checks import validate_recipe
+    from hf_sentcl.recipe.parser import parse_recipe
+
+    with pytest.warns(UserWarning, match="'pad_to_multiple_of' is unset"):
+        validate_recipe(parse_recipe(recipe, torch_compile=True, torch_compile_mode="reduce-overhead"))
+    for overrides in ({"torch_compile": True, "pad_to_multiple_of": 8}, {}):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message=".*pad_to_multiple_of.*")
+            validate_recipe(parse_recipe(recipe, **overrides))
+
+
 # ------------------------------------------------------------------------------------------ training text
 @pytest.mark.parametrize("content, message", [(b"", "no usable training text (empty)"),
                                               (b"\n  \n\t\n\n", "no usable training text (blank lines only)")])
