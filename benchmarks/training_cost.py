@@ -162,7 +162,7 @@ class StepProfile:
     table: str = field(repr=False)
     #: on a GPU: the milliseconds it was busy in the step (union of kernel and copy intervals) and their number
     device_busy_ms: float | None = None
-    device_kernels: int = 0
+    device_kernels: int | None = None
 
     @property
     def untracked_ms(self) -> float:
@@ -181,7 +181,7 @@ class StepProfile:
         if self.device_busy_ms is not None:
             busy = self.device_busy_ms
             lines.append(f"  {'GPU busy':9s} {busy:8.1f} ms {100 * busy / self.wall_ms:5.1f}%   "
-                         f"({self.device_kernels} kernels and copies)")
+                         f"({self.device_kernels} kernels and copies; the profiler lengthens the wall time)")
         return "\n".join(lines)
 
 
@@ -285,7 +285,7 @@ def profile_training_step(
         per_op[phase][event.name] += ms
     top = {phase: sorted(ops.items(), key=lambda item: -item[1]) for phase, ops in per_op.items()}
     table = stepper.profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=row_limit)
-    busy, count = device_activity(events) if stepper.cuda else (None, 0)
+    busy, count = device_activity(events) if stepper.cuda else (None, None)
     return StepProfile(stepper.wall_ms, dict(phase_ms), top, table, busy, count)
 
 

@@ -82,7 +82,7 @@ def validate_recipe(recipe: Recipe) -> None:
 def warn_unbounded_compilation(recipe: Recipe) -> None:
     """Warn when `torch_compile` meets batches padded to their longest sentence: every new padded length compiles
     the model again, for seconds each, and a short run ends slower than without compilation (on an H200, 40 steps of
-    BERT-base compiled with CUDA graphs and no such padding trained 65 examples/s, the eager step 718;
+    BERT-base compiled with CUDA graphs and no such padding trained 65 examples/s, against 718 eager in the same run;
     docs/benchmarks.md)."""
     if recipe.training.torch_compile and recipe.data.pad_to_multiple_of is None:
         warnings.warn(

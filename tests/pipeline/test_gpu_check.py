@@ -449,16 +449,35 @@ def test_seeded_sts_is_the_mean_over_the_seeds_with_the_averages_spread():
 
 def test_step_profile_counts_the_gpus_busy_time_once_and_no_label_as_work():
     """The profile's GPU-busy time (what tells a launch-bound step from a GPU-bound one) is the union of the kernels'
-    intervals: overlapping kernels count once, CPU operators and the labels' GPU-timeline annotations not at all."""
+    intervals: overlapping or nested kernels count once, CPU operators and the labels' GPU-timeline annotations not
+    at all. The events are torch's own FunctionEvents, as the profiler returns them."""
     load_benchmark()  # puts benchmarks/ on sys.path
     from torch.autograd import DeviceType
+    from torch.autograd.profiler_util import FunctionEvent
     from training_cost import device_activity
 
     def event(start, end, device=DeviceType.CUDA, annotation=False):
-        return SimpleNamespace(time_range=SimpleNamespace(start=start, end=end), device_type=device,
-                               is_user_annotation=annotation)
+        return FunctionEvent(id=start, name="kernel", thread=0, start_us=start, end_us=end, device_type=device,
+                             is_user_annotation=annotation)
 
-    events = [event(0, 1000), event(500, 2000), event(3000, 3500),  # 2.5 ms of kernels, two of them overlapping
+    events = [event(0, 1000), event(500, 2000), event(100, 200),  # 2 ms: overlapping and nested kernels
+              event(3000, 3500),  # 0.5 ms more
               event(0, 9000, DeviceType.CPU), event(0, 9000, annotation=True)]
-    assert device_activity(events) == (2.5, 3)
+    assert device_activity(events) == (2.5, 4)
     assert device_activity([]) == (0.0, 0)
+
+
+def test_cpu_step_profile_has_no_gpu_figures(tiny_bert_dir, tmp_path):
+    """On the CPU the one-step profile is as before: phases and wall time, no GPU-busy figures."""
+    benchmark = load_benchmark()
+    from training_cost import profile_training_step
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(f"sentence number {i} of the profile" for i in range(64)) + "\n")
+    args = benchmark.parse_args(["--model", str(tiny_bert_dir), "--train-file", str(corpus), "--batch-size", "8",
+                                 "--train-samples", "64", "--precisions", "fp32"])
+    trainer, encoder = benchmark.build_hf(args, False, {}, str(tmp_path / "out"))
+    step = profile_training_step(trainer, encoder)
+    assert step.device_busy_ms is None and step.device_kernels is None
+    assert step.wall_ms > 0 and step.phase_ms["forward"] > 0 and step.phase_ms["backward"] > 0
+    assert "GPU busy" not in step.report("cpu")
