@@ -50,7 +50,8 @@ GPU_PYTHON ?= 3.12
 GPU_WHEELS ?= .whl
 # the oldest glibc of the GPU machines (manylinux_2_N wheels up to this N)
 GPU_GLIBC ?= 2.28
-# e.g. --no-pin: the newest versions rather than those installed in $(VENV)
+# e.g. --no-pin: the newest versions rather than those installed in $(VENV); --leave-out numpy,scipy,...: what the
+# GPU image already has (a bundle small enough to carry; docs/scaling.md lists the names for the H200 image)
 GPU_BUNDLE_ARGS ?=
 gpu-bundle: $(BIN)/.installed
 	$(BIN)/python benchmarks/gpu_bundle.py --wheels $(GPU_WHEELS) --python-version $(GPU_PYTHON) --glibc $(GPU_GLIBC) \

@@ -249,8 +249,25 @@ def tested_versions() -> list[str]:
 
 
 def bundle_requirements(deepspeed_wheel: Path) -> list[str]:
-    """pyproject.toml's runtime dependencies less torch, and the deepspeed wheel (pip resolves its needs)."""
-    return [r for r in pyproject_dependencies() if requirement_name(r) != "torch"] + [str(deepspeed_wheel)]
+    """pyproject.toml's runtime dependencies less torch and what the check does not use (the embedded model's 80 MiB
+    alias), and the deepspeed wheel (pip resolves its needs)."""
+    left_out = {"torch", *UNUSED_DEPENDENCIES}
+    return [r for r in pyproject_dependencies() if requirement_name(r) not in left_out] + [str(deepspeed_wheel)]
+
+
+def wheel_distribution(wheel: Path) -> str:
+    """The canonical distribution name of a wheel file (its name up to the first '-')."""
+    return canonical(wheel.name.split("-")[0])
+
+
+def leave_out_wheels(files: list[Path], names: list[str]) -> tuple[list[Path], list[Path], list[str]]:
+    """(wheels kept, wheels left out, names that matched no wheel): `names` are distributions the GPU machine's image
+    already has at usable versions, left out so that the bundle fits what can be carried there (a device call here
+    carries 64 MiB; numpy, scipy, pyarrow and pandas alone are 115 MiB)."""
+    wanted = {canonical(name) for name in names if name.strip()}
+    left = [f for f in files if wheel_distribution(f) in wanted]
+    matched = {wheel_distribution(f) for f in left}
+    return [f for f in files if f not in left], left, sorted(wanted - matched)
 
 
 def bundle_download_command(python: str, glibc: str, stubs: Path, constraints: Path, requirements: Path,
@@ -280,9 +297,10 @@ def build_deepspeed_wheel(spec: str, wheels: Path, dest: Path) -> Path:
 
 
 def prepare_bundle(wheels: Path, python: str, glibc: str = "2.28", deepspeed: str = DEEPSPEED_SPEC,
-                   pin: bool = True) -> int:
+                   pin: bool = True, leave_out: list[str] | None = None) -> int:
     """Fill `wheels` with every wheel the check needs on a bare GPU machine with CPython `python` (`make
-    gpu-bundle`): replaces the *.whl files there and writes bundle.json."""
+    gpu-bundle`), less the distributions in `leave_out` (the GPU image has them): replaces the *.whl files there and
+    writes bundle.json."""
     import torch
 
     work = Path(tempfile.mkdtemp(prefix="gpu_bundle_"))
@@ -305,6 +323,10 @@ def prepare_bundle(wheels: Path, python: str, glibc: str = "2.28", deepspeed: st
         if stray or len(list(out.iterdir())) != len(files):
             print(f"gpu-bundle: unexpected files {stray or sorted(p.name for p in out.iterdir())}", file=sys.stderr)
             return 1
+        files, left, unmatched = leave_out_wheels(files, leave_out or [])
+        if unmatched:
+            print(f"gpu-bundle: --leave-out names no wheel of the bundle: {', '.join(unmatched)}", file=sys.stderr)
+            return 1
         wheels.mkdir(parents=True, exist_ok=True)
         for old in [*wheels.glob("*.whl"), wheels / BUNDLE_MANIFEST]:
             old.unlink(missing_ok=True)
@@ -312,12 +334,15 @@ def prepare_bundle(wheels: Path, python: str, glibc: str = "2.28", deepspeed: st
             shutil.move(str(file), wheels / file.name)
         manifest = {"python": python, "glibc": glibc, "implementation": "cp", "platforms": manylinux_platforms(glibc),
                     "torch_assumed": torch_pin.split("==")[1].split("+")[0], "deepspeed": deepspeed,
-                    "pinned_to_tested_versions": pin, "wheels": [f.name for f in files]}
+                    "pinned_to_tested_versions": pin, "wheels": [f.name for f in files],
+                    "left_out": [f.name for f in left]}
         (wheels / BUNDLE_MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     size = sum(f.stat().st_size for f in wheels.glob("*.whl"))
-    print(f"gpu-bundle: {len(files)} wheels, {size / 2**20:.0f} MiB in {wheels} for Python {python}. Copy the "
+    print(f"gpu-bundle: {len(files)} wheels, {size / 2**20:.0f} MiB in {wheels} for Python {python}"
+          + (f" ({len(left)} left out: {', '.join(sorted({wheel_distribution(f) for f in left}))})" if left else "")
+          + ". Copy the "
           f"repository with {wheels.name}/ to the GPU machine and run: python benchmarks/gpu_check.py")
     return 0
 
@@ -332,8 +357,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--glibc", default="2.28", help="the oldest glibc of the GPU machines")
     parser.add_argument("--deepspeed", default=DEEPSPEED_SPEC, help="the deepspeed to build")
     parser.add_argument("--no-pin", action="store_true", help="newest versions rather than those installed here")
+    parser.add_argument("--leave-out", default="", metavar="NAMES",
+                        help="comma-separated distributions the GPU image already has, left out of the bundle (e.g. "
+                             "numpy,scipy,pyarrow,pandas: a smaller bundle to carry); gpu_check still checks their "
+                             "versions there")
     args = parser.parse_args(argv)
-    return prepare_bundle(args.wheels, args.python_version, args.glibc, args.deepspeed, pin=not args.no_pin)
+    return prepare_bundle(args.wheels, args.python_version, args.glibc, args.deepspeed, pin=not args.no_pin,
+                          leave_out=args.leave_out.split(","))
 
 
 if __name__ == "__main__":

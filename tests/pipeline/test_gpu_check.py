@@ -225,6 +225,7 @@ def test_the_bundle_leaves_torch_and_what_only_torch_needs_out(tmp_path):
     requirements = bundle.bundle_requirements(tmp_path / "deepspeed-0.19.8-py3-none-any.whl")
     names = [bundle.requirement_name(r) for r in requirements[:-1]]
     assert "torch" not in names and {"transformers", "datasets", "peft", "sentence-transformers"} <= set(names)
+    assert not set(names) & bundle.UNUSED_DEPENDENCIES  # the embedded model's 80 MiB alias: the check never loads it
     assert requirements[-1].endswith("deepspeed-0.19.8-py3-none-any.whl")
     assert all(bundle.TORCH_ONLY.match(n) for n in ("torch", "triton", "nvidia-cublas-cu12", "nvidia-nccl-cu13"))
     assert not any(bundle.TORCH_ONLY.match(n) for n in ("nvidia-ml-py", "torchmetrics", "transformers"))
@@ -235,6 +236,20 @@ def test_the_bundle_leaves_torch_and_what_only_torch_needs_out(tmp_path):
     platforms = {command[i + 1] for i, a in enumerate(command) if a == "--platform"}
     assert {"manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64"} <= platforms
     assert "manylinux_2_29_x86_64" not in platforms
+
+
+def test_the_bundle_leaves_out_what_the_gpu_image_has(tmp_path):
+    """--leave-out drops the named distributions' wheels (any spelling of the name), and a name that matches no
+    wheel is reported rather than ignored (a typo would otherwise carry the whole bundle)."""
+    bundle = load_script().gpu_bundle
+    files = [tmp_path / n for n in ("numpy-2.4.6-cp312-cp312-manylinux_2_28_x86_64.whl",
+                                    "scikit_learn-1.9.1-cp312-cp312-manylinux_2_28_x86_64.whl",
+                                    "transformers-5.24.0-py3-none-any.whl",
+                                    "hf_xet-1.8.0-cp38-abi3-manylinux2014_x86_64.whl")]
+    kept, left, unmatched = bundle.leave_out_wheels(files, ["numpy", "scikit-learn", "HF_Xet", ""])
+    assert [f.name.split("-")[0] for f in kept] == ["transformers"] and len(left) == 3 and unmatched == []
+    assert bundle.leave_out_wheels(files, ["nunpy"]) == (files, [], ["nunpy"])
+    assert bundle.leave_out_wheels(files, []) == (files, [], [])
 
 
 # ------------------------------------------------------------------------------------------------ 1 and N processes
