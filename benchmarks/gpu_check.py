@@ -46,6 +46,9 @@ On a BERT-base-sized random encoder (12 layers, hidden 768, vocab 30522; SimCSE,
   gives each one's examples/s, step time, first step (compilation), share of the card's dense bf16 peak (6 x layer
   parameters x real tokens per step) and ratio to sentence-transformers; the benchmark's own table is printed
   above the check's.
+- `profile`: the same benchmark's `--profile` (hf_sentcl's default route and sentence-transformers, one profiled
+  step each): the GPU's busy time (union of its kernels', copies' and memsets' intervals) and their number beside
+  the step's wall time; busy far below the wall time is a host-bound step (12.9 of 52 ms on an H200).
 
 and prints one table: check, result (pass or FAIL), median step time in ms, note. Each check runs in its own
 process(es) (a failure or hang in one does not stop the others). On one H200 (Python 3.12, torch 2.11, CUDA 13.0,
@@ -67,6 +70,7 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 # benchmarks/gpu_bundle.py (standard library only): its folder is on sys.path when this runs as a script (the check
@@ -77,7 +81,7 @@ import gpu_bundle
 
 REPO = Path(__file__).resolve().parents[1]
 CHECKS = ("fp32", "tf32", "bf16", "fp16", "single", "ddp2", "fsdp", "zero3", "resume", "host_syncs", "fsdp_run",
-          "zero3_run", "perf")
+          "zero3_run", "perf", "profile")
 #: checks compared with the 1-process run `single` (it runs first when any of them is asked for)
 COMPARED = ("ddp2", "fsdp", "zero3")
 #: seconds one check may take (the whole check stays under about 8 minutes on one GPU)
@@ -561,6 +565,8 @@ PERF_STEPS = 100
 #: seconds the whole `perf` comparison may take (one round of 100 steps with the CUDA-graph compilation took 132 s
 #: on an H200; the second round finds inductor's cache)
 PERF_TIMEOUT = 540
+#: batches of the `profile` run (the profiler stops after its third step)
+PROFILE_STEPS = 8
 
 
 def perf_command(args, corpus: Path, output: Path, flash: bool) -> list[str]:
@@ -601,32 +607,71 @@ def perf_summary(report: dict) -> dict:
     return {"ok": ok, "step_ms": None if hf is None else 1000 * hf, "note": "; ".join(parts)}
 
 
+def profile_command(args, corpus: Path, output: Path) -> list[str]:
+    """The benchmark's `--profile` on the GPU, bf16: one profiled step (after two) of hf_sentcl's default route and
+    of sentence-transformers, with the GPU's busy time and kernel count."""
+    return [sys.executable, str(Path(__file__).resolve().parent / "train_vs_sentence_transformers.py"),
+            "--device", "cuda", "--precisions", "bf16", "--profile", "--no-sts", "--no-padded-row",
+            "--model", str(args.workdir / "model"), "--train-file", str(corpus),
+            "--train-samples", str(GLOBAL_BATCH * PROFILE_STEPS), "--batch-size", str(GLOBAL_BATCH),
+            "--max-seq-length", str(MAX_TOKENS), "--output", str(output)]
+
+
+def profile_summary(report: dict) -> dict:
+    """The `profile` row: pass when every configuration's step has a GPU-busy time; the note gives it beside the
+    profiled step's wall time (which the profiler lengthens) and the number of kernels, copies and memsets. Busy far
+    below the wall time is a host-bound step."""
+    steps = report["profile"]
+    ok = bool(steps) and all(step.get("device_busy_ms") is not None for step in steps.values())
+    note = "; ".join(f"{key.removesuffix(' bf16')}: GPU busy {step.get('device_busy_ms') or 0:.1f} of "
+                     f"{step['wall_ms']:.1f} ms ({step.get('device_kernels') or 0} kernels)"
+                     for key, step in steps.items())
+    return {"ok": ok, "step_ms": None, "note": note + " (the profiler lengthens the wall time)"}
+
+
+def benchmark_check(args, check: str, command: Callable[[Path, Path], list[str]], steps: int,
+                    summary: Callable[[dict], dict]) -> dict:
+    """Run the training benchmark `command(corpus, output)` on `steps` batches of made-up sentences (its log in the
+    work folder, its table printed) and summarise its JSON report."""
+    corpus = args.workdir / f"{check}_corpus.txt"
+    corpus.write_text("\n".join(sentences(GLOBAL_BATCH * steps, seed=7)) + "\n")
+    output = args.workdir / f"{check}.json"
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "HF_SENTCL_DATA": str(write_senteval(args.workdir / "senteval"))}
+    try:
+        done = subprocess.run(command(corpus, output), env=env, capture_output=True, text=True, timeout=PERF_TIMEOUT,
+                              check=False)
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "step_ms": None, "note": f"timed out after {PERF_TIMEOUT} s"}
+    (args.workdir / f"log-{check}.txt").write_text(done.stdout + done.stderr)
+    print(done.stdout[-4000:], flush=True)  # the benchmark's own table
+    if done.returncode != 0 or not output.is_file():
+        tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
+        return {"ok": False, "step_ms": None, "note": f"exit {done.returncode}: {' | '.join(tail)[-300:]}"}
+    return summary(json.loads(output.read_text()))
+
+
 def perf_check(args) -> dict:
     """The GPU step (issue 37): BERT-base shape, batch 64, max_len 32, bf16; hf_sentcl compiled and not (and
     FlashAttention's varlen route where `flash_attn` is installed) against sentence-transformers."""
     import importlib.util
 
-    corpus = args.workdir / "perf_corpus.txt"
-    corpus.write_text("\n".join(sentences(GLOBAL_BATCH * PERF_STEPS, seed=7)) + "\n")
-    output = args.workdir / "perf.json"
-    command = perf_command(args, corpus, output, importlib.util.find_spec("flash_attn") is not None)
-    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "HF_SENTCL_DATA": str(write_senteval(args.workdir / "senteval"))}
-    try:
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=PERF_TIMEOUT, check=False)
-    except subprocess.TimeoutExpired:
-        return {"ok": False, "step_ms": None, "note": f"timed out after {PERF_TIMEOUT} s"}
-    (args.workdir / "log-perf.txt").write_text(done.stdout + done.stderr)
-    print(done.stdout[-4000:], flush=True)  # the benchmark's own table
-    if done.returncode != 0 or not output.is_file():
-        tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
-        return {"ok": False, "step_ms": None, "note": f"exit {done.returncode}: {' | '.join(tail)[-300:]}"}
-    return perf_summary(json.loads(output.read_text()))
+    flash = importlib.util.find_spec("flash_attn") is not None
+    return benchmark_check(args, "perf", lambda corpus, output: perf_command(args, corpus, output, flash),
+                           PERF_STEPS, perf_summary)
+
+
+def profile_check(args) -> dict:
+    """Where the GPU step's time goes: the GPU's busy time in one profiled step of each side."""
+    return benchmark_check(args, "profile", lambda corpus, output: profile_command(args, corpus, output),
+                           PROFILE_STEPS, profile_summary)
 
 
 def run_check(check: str, args, rows: dict) -> dict:
     if check == "perf":
         return perf_check(args)
+    if check == "profile":
+        return profile_check(args)
     if check in ("fsdp_run", "zero3_run"):
         return whole_run(check, args)
     if check in COMPARED:

@@ -462,6 +462,26 @@ def test_seeded_sts_is_the_mean_over_the_seeds_with_the_averages_spread():
     assert benchmark.parse_args(["--seed", "5", "--train-file", "x"]).seeds == [5]
 
 
+def test_profile_check_profiles_both_sides_on_the_gpu_and_reports_the_busy_time(tmp_path, monkeypatch):
+    """`profile` runs the benchmark's --profile on CUDA in bf16 at the perf setting; its row fails when a step has
+    no GPU-busy time (a profile taken without CUDA activity) and gives each side's busy and wall time."""
+    gpu_check, benchmark = load_script(), load_benchmark()
+    command = gpu_check.profile_command(SimpleNamespace(workdir=tmp_path), tmp_path / "c.txt", tmp_path / "p.json")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    parsed = benchmark.parse_args(command[2:])
+    assert (parsed.device, parsed.precisions, parsed.profile, parsed.batch_size, parsed.max_seq_length) == (
+        "cuda", ["bf16"], True, 64, 32)
+    assert not parsed.sts and not parsed.variant and parsed.train_samples >= 3 * 64  # the profiler needs 3 steps
+    steps = {"hf_sentcl bf16": {"wall_ms": 108.0, "device_busy_ms": 12.9, "device_kernels": 1342},
+             "sentence-transformers bf16": {"wall_ms": 163.0, "device_busy_ms": 16.5, "device_kernels": 2633}}
+    row = gpu_check.profile_summary({"profile": steps})
+    assert row["ok"] and "hf_sentcl: GPU busy 12.9 of 108.0 ms (1342 kernels)" in row["note"]
+    assert "sentence-transformers: GPU busy 16.5 of 163.0 ms (2633 kernels)" in row["note"]
+    steps["hf_sentcl bf16"].update(device_busy_ms=None, device_kernels=None)
+    assert gpu_check.profile_summary({"profile": steps})["ok"] is False
+    assert gpu_check.profile_summary({"profile": {}})["ok"] is False
+
+
 def test_step_profile_counts_the_gpus_busy_time_once_and_no_label_as_work():
     """The profile's GPU-busy time (what tells a launch-bound step from a GPU-bound one) is the union of the kernels'
     intervals: overlapping or nested kernels count once, CPU operators and the labels' GPU-timeline annotations not
