@@ -126,7 +126,8 @@ def backbone_route(backbone: nn.Module, device: torch.device, enabled: bool = Tr
         return "padded"
     config = getattr(base_model(backbone), "config", None)
     route, why = choose_route(unsupported_reason(backbone), device.type, getattr(config, "_attn_implementation", None))
-    if route == "padded" and backbone not in _logged:
+    # not while torch.compile traces: a log call there splits the graph (and CUDA graphs with it)
+    if route == "padded" and not torch.compiler.is_compiling() and backbone not in _logged:
         _logged.add(backbone)
         logger.info("Padded encoder path for %s: %s (the unpadded path covers BERT-family backbones with eager or "
                     "SDPA attention).", type(base_model(backbone)).__name__, why)

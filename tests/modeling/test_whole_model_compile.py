@@ -10,12 +10,24 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from hf_sentcl.modeling import SentenceEncoder
+from hf_sentcl.modeling import SentenceEncoder, unpadded
+from hf_sentcl.modeling.fast_dropout import use_fast_dropout
 
 
-@pytest.mark.parametrize("pooling, head", [("mean", "none"), ("cls", "mlp")])
-def test_the_padded_training_forward_is_one_graph(tiny_bert_dir, pooling, head):
-    encoder = SentenceEncoder.from_backbone(str(tiny_bert_dir), pooling=pooling, head=head, unpadded=False).train()
+@pytest.mark.parametrize("pooling, head, route", [("mean", "none", "unpadded: false"),
+                                                  ("cls", "mlp", "chosen as on a GPU")])
+def test_the_padded_training_forward_is_one_graph(tiny_bert_dir, pooling, head, route, monkeypatch):
+    """Both ways to the padded route: `unpadded: false`, and the default `unpadded: true` on a GPU without a varlen
+    kernel (the route chosen, and its one-time log line kept out of the trace). The trainer's dropout modules are in
+    place (`fast_dropout`, at rate 0: their CPU-only random draw runs outside the graph by design)."""
+    if route == "chosen as on a GPU":
+        real_choice = unpadded.choose_route
+        monkeypatch.setattr(unpadded, "choose_route", lambda reason, device, attention: real_choice(
+            reason, "cuda", attention))
+    encoder = SentenceEncoder.from_backbone(str(tiny_bert_dir), pooling=pooling, head=head,
+                                            unpadded=route != "unpadded: false", hidden_dropout_prob=0.0,
+                                            attention_probs_dropout_prob=0.0).train()
+    use_fast_dropout(encoder)
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_bert_dir))
     batch = tokenizer(["a short one", "a somewhat longer sentence with more words in it"] * 4, padding=True,
                       return_tensors="pt")
