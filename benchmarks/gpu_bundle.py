@@ -8,8 +8,11 @@ transformers than hf_sentcl needs (5.17 was, on one image; pyproject.toml asks f
 (`make gpu-bundle`, on a machine with PyPI access) fills `.whl/` (git ignores it) with hf_sentcl's runtime
 dependencies from pyproject.toml and their whole dependency closure for the GPU machine's CPython (`GPU_PYTHON`:
 `python3 --version` there) on manylinux x86_64, at the versions installed in this interpreter (`--no-pin`: the
-newest), less torch and what only torch needs (the NVIDIA CUDA packages, triton), and deepspeed built as a wheel
-without compiled ops (DS_BUILD_OPS=0) with its own dependencies; `.whl/bundle.json` says for which Python.
+newest), less torch and what only torch needs (the NVIDIA CUDA packages, triton) and the dependencies the check
+never loads (`UNUSED_DEPENDENCIES`: the embedded model's 81 MiB alias), and deepspeed built as a wheel without
+compiled ops (DS_BUILD_OPS=0) with its own dependencies; `--leave-out NAMES` drops the wheels of distributions the
+GPU image already has (a bundle small enough to carry there); `.whl/bundle.json` says for which Python and what was
+left out.
 
 On the GPU machine `ensure_packages` (gpu_check.py calls it before any work) looks for every package the check and
 its workers import (torch, transformers, accelerate, peft, datasets, sentence-transformers, safetensors, hf_sentcl's
@@ -262,9 +265,9 @@ def wheel_distribution(wheel: Path) -> str:
 
 def leave_out_wheels(files: list[Path], names: list[str]) -> tuple[list[Path], list[Path], list[str]]:
     """(wheels kept, wheels left out, names that matched no wheel): `names` are distributions the GPU machine's image
-    already has at usable versions, left out so that the bundle fits what can be carried there (a device call here
-    carries 64 MiB; numpy, scipy, pyarrow and pandas alone are 115 MiB)."""
-    wanted = {canonical(name) for name in names if name.strip()}
+    already has at usable versions, left out so that the bundle fits what can be carried to that machine (numpy,
+    scipy, pyarrow and pandas alone are 115 MiB)."""
+    wanted = {canonical(name.strip()) for name in names if name.strip()}
     left = [f for f in files if wheel_distribution(f) in wanted]
     matched = {wheel_distribution(f) for f in left}
     return [f for f in files if f not in left], left, sorted(wanted - matched)
@@ -359,8 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-pin", action="store_true", help="newest versions rather than those installed here")
     parser.add_argument("--leave-out", default="", metavar="NAMES",
                         help="comma-separated distributions the GPU image already has, left out of the bundle (e.g. "
-                             "numpy,scipy,pyarrow,pandas: a smaller bundle to carry); gpu_check still checks their "
-                             "versions there")
+                             "numpy,scipy,pyarrow,pandas: a smaller bundle to carry). Name only what the image has: "
+                             "gpu_check checks pyproject.toml's dependencies there, not every wheel of the bundle")
     args = parser.parse_args(argv)
     return prepare_bundle(args.wheels, args.python_version, args.glibc, args.deepspeed, pin=not args.no_pin,
                           leave_out=args.leave_out.split(","))

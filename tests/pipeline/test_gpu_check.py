@@ -50,7 +50,7 @@ def test_gpu_check_refuses_without_cuda(capsys, monkeypatch):
     err = capsys.readouterr().err
     assert "no CUDA device" in err and "python benchmarks/gpu_check.py" in err
     assert set(gpu_check.CHECKS) >= {"fp32", "tf32", "bf16", "fp16", "single", "ddp2", "fsdp", "zero3", "resume",
-                                     "host_syncs", "fsdp_run", "zero3_run"}
+                                     "host_syncs", "fsdp_run", "zero3_run", "perf", "profile"}
 
 
 def test_gpu_check_table_has_one_row_per_check():
@@ -246,7 +246,7 @@ def test_the_bundle_leaves_out_what_the_gpu_image_has(tmp_path):
                                     "scikit_learn-1.9.1-cp312-cp312-manylinux_2_28_x86_64.whl",
                                     "transformers-5.24.0-py3-none-any.whl",
                                     "hf_xet-1.8.0-cp38-abi3-manylinux2014_x86_64.whl")]
-    kept, left, unmatched = bundle.leave_out_wheels(files, ["numpy", "scikit-learn", "HF_Xet", ""])
+    kept, left, unmatched = bundle.leave_out_wheels(files, ["numpy", " scikit-learn", "HF_Xet ", ""])
     assert [f.name.split("-")[0] for f in kept] == ["transformers"] and len(left) == 3 and unmatched == []
     assert bundle.leave_out_wheels(files, ["nunpy"]) == (files, [], ["nunpy"])
     assert bundle.leave_out_wheels(files, []) == (files, [], [])
@@ -467,19 +467,58 @@ def test_profile_check_profiles_both_sides_on_the_gpu_and_reports_the_busy_time(
     no GPU-busy time (a profile taken without CUDA activity) and gives each side's busy and wall time."""
     gpu_check, benchmark = load_script(), load_benchmark()
     command = gpu_check.profile_command(SimpleNamespace(workdir=tmp_path), tmp_path / "c.txt", tmp_path / "p.json")
+    assert command[1].endswith("train_vs_sentence_transformers.py")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     parsed = benchmark.parse_args(command[2:])
     assert (parsed.device, parsed.precisions, parsed.profile, parsed.batch_size, parsed.max_seq_length) == (
         "cuda", ["bf16"], True, 64, 32)
-    assert not parsed.sts and not parsed.variant and parsed.train_samples >= 3 * 64  # the profiler needs 3 steps
+    assert not parsed.sts and not parsed.variant and not parsed.padded_row  # hf_sentcl's default and ST only
+    assert parsed.train_samples >= 3 * 64  # the profiler needs 3 steps
     steps = {"hf_sentcl bf16": {"wall_ms": 108.0, "device_busy_ms": 12.9, "device_kernels": 1342},
              "sentence-transformers bf16": {"wall_ms": 163.0, "device_busy_ms": 16.5, "device_kernels": 2633}}
     row = gpu_check.profile_summary({"profile": steps})
     assert row["ok"] and "hf_sentcl: GPU busy 12.9 of 108.0 ms (1342 kernels)" in row["note"]
     assert "sentence-transformers: GPU busy 16.5 of 163.0 ms (2633 kernels)" in row["note"]
-    steps["hf_sentcl bf16"].update(device_busy_ms=None, device_kernels=None)
-    assert gpu_check.profile_summary({"profile": steps})["ok"] is False
+    for busy, kernels in ((None, None), (0.0, 0), (12.9, 0)):  # not on the GPU, or no CUDA activity recorded
+        steps["hf_sentcl bf16"].update(device_busy_ms=busy, device_kernels=kernels)
+        assert gpu_check.profile_summary({"profile": steps})["ok"] is False
     assert gpu_check.profile_summary({"profile": {}})["ok"] is False
+    report = "\n".join(["hf_sentcl bf16: one step, 108 ms wall", "  forward     31.7 ms  35.0%   aten::addmm 4.1",
+                         "  GPU busy    12.9 ms  11.9%   (1342 kernels and copies)", "  Name   Self CPU %",
+                         "aten::mm   47.60%   776.396ms"])
+    assert gpu_check.profile_lines(report).splitlines() == report.splitlines()[:3]
+
+
+def test_benchmark_checks_run_the_benchmark_on_their_corpus_and_report_its_failure(tmp_path, monkeypatch):
+    """perf and profile share one runner: a corpus of `steps` batches, the command's JSON summarised, its log kept,
+    and a failed or timed-out benchmark a FAIL row with the end of its output."""
+    gpu_check = load_script()
+    args = SimpleNamespace(workdir=tmp_path)
+    seen = {}
+
+    def finished(command, **kwargs):
+        seen["corpus_lines"] = len(Path(command[0]).read_text().splitlines())
+        Path(command[1]).write_text(json.dumps({"value": 3}))
+        return SimpleNamespace(returncode=0, stdout="table\n", stderr="")
+
+    monkeypatch.setattr(gpu_check.subprocess, "run", finished)
+    row = gpu_check.benchmark_check(args, "perf", lambda corpus, output: [str(corpus), str(output)], 2,
+                                    lambda report: {"ok": True, "step_ms": None, "note": str(report["value"])})
+    assert row == {"ok": True, "step_ms": None, "note": "3"} and seen["corpus_lines"] == 2 * gpu_check.GLOBAL_BATCH
+    assert (tmp_path / "log-perf.txt").read_text() == "table\n"
+    monkeypatch.setattr(gpu_check.subprocess, "run", lambda command, **kwargs: SimpleNamespace(
+        returncode=1, stdout="", stderr="Traceback\nRuntimeError: CUDA out of memory"))
+    row = gpu_check.benchmark_check(args, "profile", lambda corpus, output: [str(corpus), str(output)], 2,
+                                    gpu_check.profile_summary)
+    assert row["ok"] is False and "exit 1" in row["note"] and "CUDA out of memory" in row["note"]
+
+    def too_slow(command, **kwargs):
+        raise subprocess.TimeoutExpired(command, kwargs["timeout"])
+
+    monkeypatch.setattr(gpu_check.subprocess, "run", too_slow)
+    row = gpu_check.benchmark_check(args, "perf", lambda corpus, output: [str(corpus), str(output)], 2,
+                                    gpu_check.perf_summary)
+    assert row["ok"] is False and f"timed out after {gpu_check.PERF_TIMEOUT} s" in row["note"]
 
 
 def test_step_profile_counts_the_gpus_busy_time_once_and_no_label_as_work():
