@@ -252,7 +252,7 @@ def tested_versions() -> list[str]:
 
 
 def bundle_requirements(deepspeed_wheel: Path) -> list[str]:
-    """pyproject.toml's runtime dependencies less torch and what the check does not use (the embedded model's 80 MiB
+    """pyproject.toml's runtime dependencies less torch and what the check does not use (the embedded model's 81 MiB
     alias), and the deepspeed wheel (pip resolves its needs)."""
     left_out = {"torch", *UNUSED_DEPENDENCIES}
     return [r for r in pyproject_dependencies() if requirement_name(r) not in left_out] + [str(deepspeed_wheel)]

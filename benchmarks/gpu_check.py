@@ -573,6 +573,16 @@ PROFILE_STEPS = 8
 PROFILE_REPORT_LINE = re.compile(r"^\S.*: one step, |^  (data|forward|loss|backward|optimizer|other|python|GPU busy) ")
 
 
+def benchmark_command(args, corpus: Path, output: Path, steps: int, *options: str) -> list[str]:
+    """benchmarks/train_vs_sentence_transformers.py on the GPU in bf16 at the checks' shape (batch 64, max_len 32),
+    without STS or the padded row, over `steps` batches of `corpus`, its report in `output`, plus `options`."""
+    return [sys.executable, str(Path(__file__).resolve().parent / "train_vs_sentence_transformers.py"),
+            "--device", "cuda", "--precisions", "bf16", *options, "--no-sts", "--no-padded-row",
+            "--model", str(args.workdir / "model"), "--train-file", str(corpus),
+            "--train-samples", str(GLOBAL_BATCH * steps), "--batch-size", str(GLOBAL_BATCH),
+            "--max-seq-length", str(MAX_TOKENS), "--output", str(output)]
+
+
 def perf_command(args, corpus: Path, output: Path, flash: bool) -> list[str]:
     """benchmarks/train_vs_sentence_transformers.py on the GPU, bf16, two alternating rounds (the configuration that
     runs first in a process pays its CUDA warm-up: a first step of up to 4.6 s on an H200): hf_sentcl's default
@@ -584,12 +594,8 @@ def perf_command(args, corpus: Path, output: Path, flash: bool) -> list[str]:
     if flash:
         variants += ["varlen: --attn_implementation flash_attention_2",
                      "varlen+compiled: --attn_implementation flash_attention_2 --compile_layers true"]
-    return [sys.executable, str(Path(__file__).resolve().parent / "train_vs_sentence_transformers.py"),
-            "--device", "cuda", "--precisions", "bf16", "--rounds", "2", "--no-sts", "--no-padded-row",
-            "--model", str(args.workdir / "model"), "--train-file", str(corpus),
-            "--train-samples", str(GLOBAL_BATCH * PERF_STEPS), "--batch-size", str(GLOBAL_BATCH),
-            "--max-seq-length", str(MAX_TOKENS), "--output", str(output),
-            *(part for variant in variants for part in ("--variant", variant))]
+    return benchmark_command(args, corpus, output, PERF_STEPS, "--rounds", "2",
+                             *(part for variant in variants for part in ("--variant", variant)))
 
 
 def perf_summary(report: dict) -> dict:
@@ -614,11 +620,7 @@ def perf_summary(report: dict) -> dict:
 def profile_command(args, corpus: Path, output: Path) -> list[str]:
     """The benchmark's `--profile` on the GPU, bf16: one profiled step (after two) of hf_sentcl's default route and
     of sentence-transformers, with the GPU's busy time and kernel count."""
-    return [sys.executable, str(Path(__file__).resolve().parent / "train_vs_sentence_transformers.py"),
-            "--device", "cuda", "--precisions", "bf16", "--profile", "--no-sts", "--no-padded-row",
-            "--model", str(args.workdir / "model"), "--train-file", str(corpus),
-            "--train-samples", str(GLOBAL_BATCH * PROFILE_STEPS), "--batch-size", str(GLOBAL_BATCH),
-            "--max-seq-length", str(MAX_TOKENS), "--output", str(output)]
+    return benchmark_command(args, corpus, output, PROFILE_STEPS, "--profile")
 
 
 def profile_summary(report: dict) -> dict:

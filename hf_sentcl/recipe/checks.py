@@ -88,7 +88,8 @@ def warn_unbounded_compilation(recipe: Recipe) -> None:
         warnings.warn(
             f"{recipe.source}: torch_compile is on but 'pad_to_multiple_of' is unset, so each new padded batch "
             "length compiles the model again (seconds each; slower than no compilation on short runs). Set "
-            "'pad_to_multiple_of: 8' to bound the lengths (4 at max_seq_length 32).",
+            f"'pad_to_multiple_of: 8' to bound the lengths (to {-(-recipe.data.max_seq_length // 8)} at "
+            f"max_seq_length {recipe.data.max_seq_length}).",
             stacklevel=2,
         )
 
