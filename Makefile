@@ -63,7 +63,7 @@ wordnet:
 		$(SUDO) apt-get update -qq && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends wordnet-base; \
 	else echo "warning: no WordNet database in $(WORDNET_DIR) and no apt-get to install wordnet-base; CLEAR's" \
-		"'subs' augmentation and tests/test_wordnet.py need WordNet 3.0 files there (or set WORDNET_DIR)." >&2; fi
+		"'subs' augmentation and tests/augment/test_wordnet.py need WordNet 3.0 files there (or set WORDNET_DIR)." >&2; fi
 
 install: $(BIN)/.installed wordnet
 

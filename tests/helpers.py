@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from hf_sentcl.evaluation import transfer
+from hf_sentcl.evaluation.glue import MRPC_DEV_SIZE
 from hf_sentcl.pipeline.train import build_stage
 from hf_sentcl.recipe.parser import parse_recipe
 
@@ -286,6 +287,27 @@ def write_recipe(tmp_path, **values):
     path = tmp_path / "recipe.yaml"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def write_tiny_glue(root, n=48):
+    """SST/binary, MRPC and STSBenchmark files in SentEval's formats; SST labels follow the first word (learnable)."""
+    sentences = random_sentences(3 * n, seed=11)
+    folder = root / "SST" / "binary"
+    folder.mkdir(parents=True)
+    for split, part in (("train", sentences[:n]), ("dev", sentences[n: n + 16])):
+        (folder / f"sentiment-{split}").write_text(
+            "".join(f"{'happy' if i % 2 else 'sad'} {s} \t{i % 2}\n" for i, s in enumerate(part)))
+    (root / "MRPC").mkdir()
+    k = len(sentences)
+    rows = [f"{i % 2}\t{i}\t{i + 1}\t{sentences[i % k]}\t{sentences[(i + 1) % k]}" for i in range(MRPC_DEV_SIZE + 20)]
+    (root / "MRPC" / "msr_paraphrase_train.txt").write_text("\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
+                                                            + "\n".join(rows) + "\n")
+    (root / "STS" / "STSBenchmark").mkdir(parents=True)
+    for split in ("train", "dev"):
+        (root / "STS" / "STSBenchmark" / f"sts-{split}.csv").write_text("".join(
+            f"g\tf\ty\t{i}\t{i % 6:.1f}\t{sentences[i]}\t{sentences[-i - 1]}\n" for i in range(24)))
+        declare_size(root / "STS" / "STSBenchmark" / f"sts-{split}.csv", 24)
+    return root
 
 
 # ------------------------------------------------------------------------------------------------ a tiny layout

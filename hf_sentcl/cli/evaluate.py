@@ -32,7 +32,11 @@ def build_parser() -> argparse.ArgumentParser:
         "(e.g. mean for all-MiniLM-L6-v2), else 'cls').",
     )
     parser.add_argument("--pooling-layer", type=int, default=None, help="Hidden-state index for cls/mean/max.")
-    parser.add_argument("--tasks", default="sts", help=f"Comma-separated suites: {', '.join(EVAL_SUITES)}.")
+    parser.add_argument(
+        "--tasks", default="sts",
+        help=f"Comma-separated suites: {', '.join(EVAL_SUITES)} (glue fine-tunes with BERT's GLUE settings on the "
+        "data directory's SST-2, MRPC and STS-B; `hf-sentcl glue` sets tasks, seeds and epochs).",
+    )
     parser.add_argument("--sts-tasks", default=",".join(STS_TASKS), help="Subset of the 7 STS tasks.")
     parser.add_argument("--sts-mode", choices=STS_MODES, default="all", help="How STS12-16 subsets combine.")
     parser.add_argument(
@@ -104,6 +108,8 @@ def results_json(args: argparse.Namespace, encoder, measured, suites: list[str],
         results["transfer"] = {k: round(v, 4) for k, v in measured.transfer.items()}
         results["transfer_details"] = measured.transfer_details
         results["kfold"] = args.kfold
+    if measured.glue is not None:  # per task: the dev scores of each seed's fine-tuning, their mean and spread
+        results["glue"] = measured.glue
     return results
 
 

@@ -10,7 +10,7 @@
       adapter/                   a LoRA adapter (`export_adapter: true`)
       <stage>/                   a chained method's earlier stage, itself a run folder (its name: the method's
                                  registry entry, e.g. ConSERT's `stage-1`)
-      seed-N/, size-N-seed-M/    runs of a sweep, each a run folder; with seeds.json/.md, fewshot.json/.md/.png
+      seed-N/, size-N/seed-M/    runs of a sweep, each a run folder; with seeds.json/.md, fewshot.json/.md/.png
       preempted.json             a run stopped by a signal: the checkpoint it wrote and how to resume
       run_complete.json          written last, once training, evaluation and export are done: a requeued
                                  `resume_from_checkpoint: auto` run finds it and exits 0 with nothing to do

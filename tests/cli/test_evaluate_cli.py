@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from helpers import write_tiny_glue
 
 from hf_sentcl import SentenceEncoder
 from hf_sentcl.cli.evaluate import main
@@ -110,3 +111,18 @@ def test_bad_dims_return_2(tiny_bert_dir, senteval_dir, capsys, value):
         main(["--model", str(tiny_bert_dir), "--data-dir", str(senteval_dir), f"--dims={value}"])
     assert exit_.value.code == 2
     assert "--dims" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_glue_suite_is_written_to_the_results_json(tmp_path, tiny_bert_dir):
+    """`--tasks glue` fine-tunes on each GLUE task and writes every task's runs into --output's JSON, not only into
+    the printed table."""
+    data = write_tiny_glue(tmp_path / "glue")
+    output = tmp_path / "out.json"
+    assert main(["--model", str(tiny_bert_dir), "--data-dir", str(data), "--tasks", "glue", "--output", str(output),
+                 "--device", "cpu"]) == 0
+    results = json.loads(output.read_text())
+    assert results["tasks"] == ["glue"] and set(results["glue"]) == {"sst2", "mrpc", "stsb"}
+    sst2 = results["glue"]["sst2"]
+    assert sst2["train_examples"] == 48 and len(sst2["runs"]) == 1
+    assert "| sst2 |" in output.with_suffix(".md").read_text()

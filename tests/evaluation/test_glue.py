@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from helpers import declare_size, random_sentences
+from helpers import random_sentences, write_tiny_glue
 
 from hf_sentcl import SentenceEncoder
 from hf_sentcl.cli.glue import main
@@ -87,27 +87,6 @@ def test_senteval_copies(real_data_dir):
     assert (len(mrpc.train), len(mrpc.dev["validation"])) == (4076 - MRPC_DEV_SIZE, MRPC_DEV_SIZE)
     again = load_senteval_glue(real_data_dir, "mrpc")
     assert again.dev["validation"]["sentence1"] == mrpc.dev["validation"]["sentence1"]
-
-
-def write_tiny_glue(root, n=48):
-    """SST/binary, MRPC and STSBenchmark files in SentEval's formats; SST labels follow the first word (learnable)."""
-    sentences = random_sentences(3 * n, seed=11)
-    folder = root / "SST" / "binary"
-    folder.mkdir(parents=True)
-    for split, part in (("train", sentences[:n]), ("dev", sentences[n: n + 16])):
-        (folder / f"sentiment-{split}").write_text(
-            "".join(f"{'happy' if i % 2 else 'sad'} {s} \t{i % 2}\n" for i, s in enumerate(part)))
-    (root / "MRPC").mkdir()
-    k = len(sentences)
-    rows = [f"{i % 2}\t{i}\t{i + 1}\t{sentences[i % k]}\t{sentences[(i + 1) % k]}" for i in range(MRPC_DEV_SIZE + 20)]
-    (root / "MRPC" / "msr_paraphrase_train.txt").write_text("\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
-                                                            + "\n".join(rows) + "\n")
-    (root / "STS" / "STSBenchmark").mkdir(parents=True)
-    for split in ("train", "dev"):
-        (root / "STS" / "STSBenchmark" / f"sts-{split}.csv").write_text("".join(
-            f"g\tf\ty\t{i}\t{i % 6:.1f}\t{sentences[i]}\t{sentences[-i - 1]}\n" for i in range(24)))
-        declare_size(root / "STS" / "STSBenchmark" / f"sts-{split}.csv", 24)
-    return root
 
 
 @pytest.mark.slow
