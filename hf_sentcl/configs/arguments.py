@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import warnings
@@ -21,6 +22,8 @@ from hf_sentcl.modeling.compiled import cpu_compiler_problem
 from hf_sentcl.modeling.config import HEAD_TYPES
 from hf_sentcl.modeling.pooling import POOLING_MODES
 from hf_sentcl.modeling.precision import cpu_has_native_bf16, resolve_precision
+
+logger = logging.getLogger("hf_sentcl")
 
 #: the smallest useful truncation length: [CLS], one token, [SEP]
 MIN_SEQ_LENGTH = 3
@@ -403,7 +406,8 @@ class SentCLTrainingArguments(TrainingArguments):
             self.use_cpu = True
         apply_precision(self)
         if self.tf32 and not _has_tf32():
-            warnings.warn("tf32: no CUDA GPU with TF32 here; the key is ignored on this machine.", stacklevel=2)
+            # the papers' GPU recipes set it; on other machines it is a no-op worth one line, not a warning
+            logger.info("tf32: no CUDA GPU with TF32 here; the key has no effect on this machine.")
             self.tf32 = None
         super().__post_init__()
         if self.bf16 and self.use_cpu and not _cpu_has_bf16():

@@ -105,6 +105,25 @@ def test_paper_recipes_state_mixed_precision_and_tf32(recipe):
     assert re.search(r"^tf32: true\b", text, re.M)
 
 
+def test_tf32_without_a_tf32_gpu_is_one_log_line_not_a_warning(tmp_path, monkeypatch, caplog):
+    """The papers' recipes set tf32; parsed on a machine without a TF32 GPU the key is dropped with one INFO line
+    (it was a UserWarning printed with a line of hf_sentcl's source, once per process of a launch)."""
+    import logging
+    import warnings
+
+    from hf_sentcl.configs import arguments
+
+    monkeypatch.setenv("HF_SENTCL_DATA", str(tmp_path / "senteval"))
+    monkeypatch.setattr(arguments, "_has_tf32", lambda: False)
+    recipe = next(p for p in PAPER_RECIPES if p.name == "simcse_bert.yaml")
+    with warnings.catch_warnings(), caplog.at_level(logging.INFO, logger="hf_sentcl"):
+        warnings.simplefilter("error", UserWarning)
+        parsed = parse_recipe(recipe)
+    assert parsed.training.tf32 is None
+    assert [r.getMessage() for r in caplog.records if "tf32" in r.getMessage()] == [
+        "tf32: no CUDA GPU with TF32 here; the key has no effect on this machine."]
+
+
 @pytest.mark.slow
 def test_dev_evaluation_precision_is_the_final_evaluations(tmp_path, tiny_bert_dir, senteval_dir, train_files,
                                                             monkeypatch):
