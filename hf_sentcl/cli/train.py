@@ -39,6 +39,9 @@ def run_recipe(argv: list[str]) -> int:
     try:
         recipe = checked(with_guarded_builds(parse_recipe(argv[0], argv[1:])))
     except RunComplete as done:  # resume_from_checkpoint: auto, requeued after the run finished
+        if done.failed:
+            print(f"error: {done}", file=sys.stderr, flush=True)
+            return exits.FAILED
         print(done, flush=True)
         return exits.OK
     except (RecipeError, FileNotFoundError) as err:

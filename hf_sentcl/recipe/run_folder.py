@@ -49,8 +49,27 @@ _MAX_SAFETENSORS_HEADER = 100_000_000
 
 
 class RunComplete(Exception):
-    """`resume_from_checkpoint: auto` into an output_dir whose run has finished: nothing to do (the CLI exits 0).
-    Not a RecipeError: nothing is wrong with the recipe."""
+    """`resume_from_checkpoint: auto` into an output_dir whose run has finished: nothing to do (the CLI exits 0, or 1
+    when `failed`: the finished run's export or push failed, and the message says how to redo it). Not a
+    RecipeError: nothing is wrong with the recipe."""
+
+    def __init__(self, message: str, failed: bool = False):
+        super().__init__(message)
+        self.failed = failed
+
+
+#: what run_complete.json records of a finished run's failed export or push (`publish_run`'s keys)
+PUBLISH_FAILURES = ("export_error", "push_error")
+
+
+def recorded_failures(output_dir: str | os.PathLike) -> dict[str, str]:
+    """The export or push failures that output_dir's run_complete.json records (empty without the file, or for a
+    run that exported and pushed as asked)."""
+    try:
+        marker = json.loads((Path(output_dir) / RUN_COMPLETE_JSON).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {key: str(marker[key]) for key in PUBLISH_FAILURES if isinstance(marker, dict) and marker.get(key)}
 
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
@@ -203,6 +222,16 @@ def resolve_resume(source: str, output_dir: Path, value: str | bool | None) -> s
     if text.lower() in ("", "false", "none"):
         return None
     if text.lower() == AUTO and (output_dir / RUN_COMPLETE_JSON).is_file():
+        failures = recorded_failures(output_dir)
+        if failures:  # trained and evaluated, but what the run was to publish is missing: not "nothing to do"
+            raise RunComplete(
+                f"{source}: output_dir '{output_dir}' holds a finished run ({RUN_COMPLETE_JSON}) whose "
+                f"{' and '.join(k.split('_')[0] for k in failures)} failed; training it again would not change that. "
+                + " ".join(failures.values())
+                + (f" The trained encoder is in '{output_dir}': export it with `hf-sentcl export {output_dir} OUT` "
+                   "once the cause is fixed." if "export_error" in failures else ""),
+                failed=True,
+            )
         raise RunComplete(
             f"{source}: output_dir '{output_dir}' holds a finished run ({RUN_COMPLETE_JSON}: trained, evaluated and "
             "exported), nothing to do. To train it again, choose another output_dir, or drop "

@@ -113,3 +113,31 @@ def test_rerun_reuses_finished_seed_runs(tmp_path, tiny_bert_dir, senteval_dir):
     assert first.stat().st_mtime_ns == stamp and (out / "seed-4" / "results.json").is_file()
     summary = json.loads((out / "seeds.json").read_text())
     assert summary["seeds"] == [3, 4] and summary["after"]["Avg"]["values"][0] == pytest.approx(avg)
+
+
+@pytest.mark.slow
+def test_a_seed_whose_export_failed_fails_the_sweep_after_its_summary(tmp_path, tiny_bert_dir, senteval_dir,
+                                                                     monkeypatch, capsys):
+    """One seed's export fails: the sweep still writes seeds.json from both seeds' scores, then exits 1 naming the
+    run and its error, as `hf_sentcl.run` exits 1 for that run; a rerun that reuses the run exits 1 again."""
+    from hf_sentcl.export import publish
+    from hf_sentcl.export.plan import ExportError
+
+    export_run = publish.export_run
+
+    def failing_for_seed_4(encoder, results, output_dir, **kwargs):
+        if output_dir.endswith("seed-4"):
+            raise ExportError("the export check failed (injected).")
+        return export_run(encoder, results, output_dir, **kwargs)
+
+    monkeypatch.setattr(publish, "export_run", failing_for_seed_4)
+    recipe = write_recipe(tmp_path, tiny_bert_dir, senteval_dir)
+    fast = ["--max_steps", "2", "--eval_strategy", "no", "--save_strategy", "no", "--load_best_model_at_end", "false"]
+    assert main([str(recipe), "--seeds", "3,4", *fast]) == 1
+    out = tmp_path / "out"
+    assert json.loads((out / "seeds.json").read_text())["seeds"] == [3, 4]
+    assert (out / "seed-3" / "export").is_dir() and not (out / "seed-4" / "export").exists()
+    assert f"error: run {out / 'seed-4'}: the export check failed (injected)." in capsys.readouterr().err.splitlines()
+    monkeypatch.setattr(publish, "export_run", export_run)
+    assert main([str(recipe), "--seeds", "3,4", *fast]) == 1  # reused, still without its export
+    assert "seed-3:" not in capsys.readouterr().err

@@ -212,6 +212,29 @@ def test_auto_fresh_start_then_nothing_to_do(tmp_path, finished, capsys):
     assert not isinstance(done.value, RecipeError)
 
 
+@pytest.mark.parametrize("failure", ["push_error", "export_error"])
+def test_auto_into_a_finished_run_whose_publishing_failed_exits_1_saying_what_to_do(tmp_path, finished, capsys,
+                                                                                   failure):
+    """A run that trained and evaluated but whose export or push failed (run_complete.json records it, as the run's
+    end writes it) is not "nothing to do": the same command requeued exits 1 with the recorded error (a failed push's
+    names the `hf-sentcl push` command) and, for a failed export, how to export the trained encoder; nothing in
+    output_dir is touched."""
+    from hf_sentcl.pipeline.train import mark_run_complete
+
+    values, full = finished
+    out = tmp_path / "out"
+    shutil.copytree(full, out)
+    message = f"the {failure.split('_')[0]} failed (recorded by the run)."
+    mark_run_complete(out, {"train": {"global_step": 2}, "export": {failure: message}})
+    before = snapshot(out)
+    recipe = write_recipe(tmp_path / "r.yaml", **{**values, "output_dir": out})
+    assert main([str(recipe), "--resume_from_checkpoint", "auto"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.startswith("error: ") and message in captured.err and "nothing to do" not in captured.out
+    assert (f"`hf-sentcl export {out} OUT`" in captured.err) == (failure == "export_error")
+    assert snapshot(out) == before
+
+
 def test_auto_resumes_the_latest_checkpoint(tmp_path, finished):
     """A run cut off after checkpoint-2 (and one that also wrote results.json before being cut off): `auto` resolves
     to checkpoint-2 and is not refused as 'already holds a run'."""
