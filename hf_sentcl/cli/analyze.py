@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
+from hf_sentcl.common import exits
 from hf_sentcl.common.logs import setup_logging
 from hf_sentcl.evaluation.layers import run_layer_study
 from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS
+from hf_sentcl.recipe.parser import RecipeError
+from hf_sentcl.recipe.run_folder import check_writable
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,4 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging()
+    try:  # before the model loads and encodes every layer, not after
+        check_writable(Path(args.output_dir), "--output-dir")
+    except RecipeError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return exits.BAD_INPUT
     return {"layers": run_layer_study}[args.command](args)

@@ -68,7 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--bf16", action="store_true", help="Encode under bf16 autocast.")
-    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda if available).")
+    parser.add_argument(
+        "--device", default=None,
+        help="cpu, cuda, cuda:1, ... (default: cuda if available). GLUE fine-tunes on the CPU for cpu, else on the "
+        "GPUs transformers' Trainer sees (choose them with CUDA_VISIBLE_DEVICES).",
+    )
     parser.add_argument("--output", default=None, help="Write results JSON here (and a .md table beside it).")
     return parser
 

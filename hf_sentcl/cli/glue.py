@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from hf_sentcl.common.argv import parse_ints, split_commas
 from hf_sentcl.common.logs import setup_logging
@@ -17,6 +18,7 @@ from hf_sentcl.evaluation.glue import (
     glue_markdown_table,
 )
 from hf_sentcl.evaluation.report import write_report
+from hf_sentcl.recipe.run_folder import check_writable
 
 
 # ------------------------------------------------------------------------------------------------ CLI
@@ -53,7 +55,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_seq_length=args.max_seq_length, max_train_samples=args.max_train_samples,
         )
         evaluator = GlueEvaluator(args.data_dir, settings)
-    except (FileNotFoundError, ValueError) as err:
+        if args.output:  # before hours of fine-tuning, not after
+            check_writable(Path(args.output).parent, "--output")
+    except (FileNotFoundError, ValueError) as err:  # RecipeError of check_writable included
         print(f"error: {err}", file=sys.stderr)
         return 2
     from hf_sentcl.modeling import SentenceEncoder

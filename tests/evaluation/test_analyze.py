@@ -89,3 +89,13 @@ def test_layers_command_without_data(tmp_path, tiny_bert_dir, monkeypatch, capsy
     monkeypatch.delenv("HF_SENTCL_DATA", raising=False)
     assert main(["layers", "--model", str(tiny_bert_dir), "--output-dir", str(tmp_path)]) == 2
     assert "HF_SENTCL_DATA" in capsys.readouterr().err
+
+
+def test_layers_command_refuses_an_unwritable_output_dir_before_loading(tmp_path, senteval_dir, capsys):
+    """--output-dir under a file: exit 2 naming the option, before the model loads (this model does not exist)."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    argv = ["layers", "--model", str(tmp_path / "no-model"), "--data-dir", str(senteval_dir),
+            "--output-dir", str(blocker / "study")]
+    assert main(argv) == 2
+    assert "--output-dir: cannot write into" in capsys.readouterr().err

@@ -139,6 +139,29 @@ def test_cli_log_has_no_bars_without_a_terminal(tmp_path, tiny_bert_dir, capfd):
     assert not [mark for mark in ("\r", "\x1b[A", "it/s]", "examples/s]") if mark in err], err[-2000:]
 
 
+def test_glue_suite_fine_tunes_where_the_encoder_is(tmp_path, tiny_bert_dir, monkeypatch):
+    """`evaluate --tasks glue --device cpu` on a GPU machine: the suite passes the encoder's device to the fine-tuning
+    (it passed none, and GLUE fine-tuned on the GPU)."""
+    from hf_sentcl.evaluation.suites import EvaluationSuites
+
+    devices = []
+    monkeypatch.setattr(GlueEvaluator, "__call__", lambda self, encoder, device=None: devices.append(device) or {})
+    suites = EvaluationSuites(write_tiny_glue(tmp_path / "data"), ["glue"], glue=GlueSettings(tasks=("sst2",)))
+    suites(SentenceEncoder.load(str(tiny_bert_dir)).to("cpu"))
+    assert devices == ["cpu"]
+
+
+def test_cli_refuses_an_unwritable_output_before_fine_tuning(tmp_path, capsys):
+    """--output under a file: exit 2 naming the option, before the model loads (this model does not exist)."""
+    data = write_tiny_glue(tmp_path / "data")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    argv = ["--model", str(tmp_path / "no-model"), "--tasks", "sst2", "--data-dir", str(data),
+            "--output", str(blocker / "glue.json")]
+    assert main(argv) == 2
+    assert "--output: cannot write into" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_glue_suite_after_training(tmp_path, tiny_bert_dir):
     """eval_tasks [sts, glue]: the run fine-tunes the untouched and the trained backbone on the GLUE tasks and
