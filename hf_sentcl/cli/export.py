@@ -114,8 +114,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"No model-index in the card: {why}.", file=sys.stderr)
         score_mteb = score_mteb and not problem
         check_results_match(results, args.checkpoint, results_path)
-        pooling = args.pooling or (results.get("pooling") if results.get("source") == "evaluate" else None)
-        encoder = load_checkpoint(args.checkpoint, pooling, args.pooling_layer)
+        evaluated = results if results.get("source") == "evaluate" else {}  # pooled as the scores were measured
+        pooling = args.pooling or evaluated.get("pooling")
+        pooling_layer = args.pooling_layer if args.pooling_layer is not None else evaluated.get("pooling_layer")
+        encoder = load_checkpoint(args.checkpoint, pooling, pooling_layer)
         check_results_match(results, args.checkpoint, results_path, encoder)
         adapter = save_adapter(encoder, args.adapter) if args.adapter else None
         if score_mteb:

@@ -166,7 +166,7 @@ def check_results_match(
     results: dict[str, Any], name: str, path: Path, encoder: SentenceEncoder | None = None
 ) -> None:
     """ExportError when `hf-sentcl evaluate` results were measured on another model than `name` or (once it is
-    loaded) with another pooling than `encoder`'s."""
+    loaded) with another pooling or pooled hidden state than `encoder`'s."""
     if results.get("source") != "evaluate":
         return
     if not _same_model(results["model_name_or_path"], name):
@@ -181,4 +181,11 @@ def check_results_match(
         raise ExportError(
             f"Results file '{path}' was measured with pooling '{results['pooling']}' but the export pools with "
             f"'{pooling}'; pass --pooling {results['pooling']} or evaluate with --pooling {pooling}."
+        )
+    layer = encoder.config.pooling_layer
+    if results.get("pooling_layer") not in (None, layer):
+        raise ExportError(
+            f"Results file '{path}' was measured pooling hidden state {results['pooling_layer']} but the export pools "
+            f"hidden state {layer}; pass --pooling-layer {results['pooling_layer']} or evaluate with --pooling-layer "
+            f"{layer}."
         )

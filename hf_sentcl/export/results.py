@@ -86,6 +86,7 @@ def _from_evaluate(path: Path, raw: Mapping[str, Any]) -> dict[str, Any]:
         "source": "evaluate",
         "model_name_or_path": raw["model"],
         "pooling": raw.get("pooling"),
+        "pooling_layer": raw.get("pooling_layer"),
         "sts_mode": raw.get("sts_mode", "all"),
         "sick_split": raw.get("sick_split", "test"),
     }

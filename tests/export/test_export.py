@@ -349,3 +349,27 @@ def test_cli_claims_no_mteb_scores_for_other_sts_data(tiny_bert_dir, senteval_di
     card = ModelCard.load(out / "README.md")
     assert card.data.eval_results is None and "model-index" not in card.content
     assert "| this model |" in card.text
+
+
+def test_cli_pools_the_hidden_state_the_evaluate_output_was_measured_on(tiny_bert_dir, senteval_dir, tmp_path,
+                                                                         capsys):
+    """`evaluate --pooling-layer 1 --output` then `export --results`: the export pools hidden state 1, as the card's
+    scores were measured (it pooled the last layer under those scores); another --pooling-layer is refused before
+    anything is written."""
+    from sentence_transformers import SentenceTransformer
+
+    from hf_sentcl.cli.evaluate import main as evaluate_main
+
+    res = tmp_path / "res.json"
+    assert evaluate_main(["--model", str(tiny_bert_dir), "--pooling", "mean", "--pooling-layer", "1", "--data-dir",
+                          str(senteval_dir), "--output", str(res), "--device", "cpu"]) == 0
+    out = tmp_path / "out"
+    common = [str(tiny_bert_dir), str(out), "--results", str(res), "--data-dir", str(senteval_dir)]
+    assert main([*common, "--pooling-layer", "-1"]) == 2
+    assert "measured pooling hidden state 1 but the export pools hidden state -1" in capsys.readouterr().err
+    assert not out.exists()
+    assert main(common) == 0
+    layer_1 = SentenceEncoder.from_backbone(str(tiny_bert_dir), pooling="mean", pooling_layer=1).eval()
+    probes = ["a first probe sentence", "and another one here"]
+    exported = SentenceTransformer(str(out), device="cpu").encode(probes)
+    assert abs(exported - layer_1.encode(probes)).max() <= 1e-5
