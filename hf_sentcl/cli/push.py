@@ -7,9 +7,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from hf_sentcl.common import exits
 from hf_sentcl.common.logs import setup_logging
 from hf_sentcl.export.mteb_meta import MODEL_META_MODULE
-from hf_sentcl.export.publish import carded_for, push_export, usage_snippets
+from hf_sentcl.export.publish import carded_for, check_pushable, push_export, usage_snippets
 from hf_sentcl.hub.upload import (
     ATTEMPTS_ENV,
     BACKOFF_ENV,
@@ -17,7 +18,6 @@ from hf_sentcl.hub.upload import (
     DEFAULT_BACKOFF_S,
     HubApi,
     HubError,
-    check_repo_id,
     format_upload_plan,
     upload_plan,
 )
@@ -49,10 +49,12 @@ def main(argv: Sequence[str] | None = None, api: HubApi | None = None) -> int:
     setup_logging()
     visibility = "private" if args.private else "the Hub's default visibility for a new repository"
     target = f"{args.repo_id}" + (f" (branch {args.revision})" if args.revision else "")
+    try:  # refused before the Hub is contacted: exit 2
+        check_pushable(args.folder, args.repo_id, args.mteb_results)
+    except (HubError, FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return exits.BAD_INPUT
     try:
-        check_repo_id(args.repo_id)
-        if args.mteb_results and not Path(args.mteb_results).is_dir():
-            raise HubError(f"--mteb-results '{args.mteb_results}' is not a folder (give the one passed to export).")
         if args.dry_run:
             with carded_for(args.folder, args.repo_id) as copy:
                 print(f"Dry run: would upload to {target}, {visibility}:")
@@ -67,7 +69,7 @@ def main(argv: Sequence[str] | None = None, api: HubApi | None = None) -> int:
     except (HubError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         print(f"The local export in '{args.folder}' is unchanged.", file=sys.stderr)
-        return 1
+        return exits.FAILED
     print(f"Uploaded {len(result.files)} files to {target}: {result.url}")
     if mteb_folder is not None:
         print(f"MTEB results filed under the pushed commit: {mteb_folder}")

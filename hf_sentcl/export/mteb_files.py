@@ -182,6 +182,14 @@ def find_model_folder(root: str | os.PathLike) -> Path:
     return folders[0]
 
 
+def check_rekeyable(root: str | os.PathLike) -> None:
+    """ValueError unless `rekey_mteb_results` can file the results under `root` after a push (mteb installed, one
+    model folder): checked before the upload, which cannot be taken back."""
+    if not mteb_available():
+        raise ValueError(f"--mteb-results: filing MTEB results needs the mteb package: {INSTALL_HINT}.")
+    find_model_folder(root)
+
+
 def rekey_mteb_results(root: str | os.PathLike, repo_id: str, revision: str) -> Path:
     """After a push: move the results under `root` to `results/<ORG__NAME of repo_id>/<revision>/` and write
     `model_meta.json` and `model_meta.py` again with that name, revision and reference; check them with mteb."""

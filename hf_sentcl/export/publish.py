@@ -25,9 +25,17 @@ from typing import Any
 
 from hf_sentcl.export.bundle import MTEB_RESULTS_DIRNAME, export_run
 from hf_sentcl.export.card import rewrite_model_card
-from hf_sentcl.export.mteb_files import rekey_mteb_results
+from hf_sentcl.export.mteb_files import check_rekeyable, rekey_mteb_results
 from hf_sentcl.export.plan import ExportError
-from hf_sentcl.hub.upload import HubApi, HubError, PushResult, push_command, push_folder, upload_plan
+from hf_sentcl.hub.upload import (
+    HubApi,
+    HubError,
+    PushResult,
+    check_repo_id,
+    push_command,
+    push_folder,
+    upload_plan,
+)
 
 
 @contextlib.contextmanager
@@ -58,6 +66,17 @@ def retry_command(folder: str | Path, repo_id: str, *, mteb_results: str | Path 
                         commit_message=commit_message)
 
 
+def check_pushable(folder: str | Path, repo_id: str, mteb_results: str | Path | None = None) -> None:
+    """What a push needs, checked before the Hub is contacted: a valid repo id, an export `folder` (HubError), and
+    an MTEB results folder that can be filed under the pushed commit (ValueError)."""
+    check_repo_id(repo_id)
+    upload_plan(folder)
+    if mteb_results is not None:
+        if not Path(mteb_results).is_dir():
+            raise HubError(f"--mteb-results '{mteb_results}' is not a folder (give the one passed to export).")
+        check_rekeyable(mteb_results)
+
+
 def push_export(
     folder: str | Path,
     repo_id: str,
@@ -75,11 +94,14 @@ def push_export(
     the `hf-sentcl push` command that pushes this export again."""
     retry = retry_command(folder, repo_id, mteb_results=mteb_results, private=private, revision=revision,
                           commit_message=commit_message)
+    if mteb_results is not None and not Path(mteb_results).is_dir():  # a run that wrote none: push the model alone
+        mteb_results = None
+    check_pushable(folder, repo_id, mteb_results)
     with carded_for(folder, repo_id) as copy:
         result = push_folder(copy, repo_id, private=private, revision=revision, commit_message=commit_message,
                              api=api, retry_command=retry)
     mteb_folder = None
-    if mteb_results is not None and Path(mteb_results).is_dir():
+    if mteb_results is not None:
         if result.commit is None:
             raise HubError(f"The Hub did not return the commit of the upload to '{repo_id}'; MTEB files not filed.")
         mteb_folder = rekey_mteb_results(mteb_results, repo_id, result.commit)

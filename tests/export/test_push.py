@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -128,14 +129,18 @@ def test_hub_errors_end_cleanly(export_dir, capsys, monkeypatch, failure, messag
 
 
 def test_bad_inputs(export_dir, tmp_path, capsys):
+    """Refused before the Hub is contacted (exit 2, docs/reliability.md): a bad repo id, a folder that is no export,
+    an MTEB results folder that is missing."""
     api = RecordingApi()
-    assert main([str(export_dir), "--repo-id", "no namespace"], api=api) == 1
+    assert main([str(export_dir), "--repo-id", "no namespace"], api=api) == 2
     assert "not a valid Hub repository id" in capsys.readouterr().err
-    assert main([str(export_dir), "--repo-id", "encoder"], api=api) == 1
+    assert main([str(export_dir), "--repo-id", "encoder"], api=api) == 2
     assert "needs a namespace" in capsys.readouterr().err
     (tmp_path / "empty").mkdir()
-    assert main([str(tmp_path / "empty"), "--repo-id", "a/b"], api=api) == 1
+    assert main([str(tmp_path / "empty"), "--repo-id", "a/b"], api=api) == 2
     assert "not an hf_sentcl export" in capsys.readouterr().err
+    assert main([str(export_dir), "--repo-id", "a/b", "--mteb-results", str(tmp_path / "none")], api=api) == 2
+    assert "is not a folder" in capsys.readouterr().err
     assert api.calls == []
 
 
@@ -161,6 +166,13 @@ def test_push_renders_the_card_for_its_repo_and_files_mteb_results(export_dir, t
     assert f"revision='{COMMIT}'," in module and "name='my-org/encoder'," in module
     assert "\nmy_org__encoder = ModelMeta(" in module and "hf_sentcl" not in module.split('"""', 2)[2]
     assert f"ModelMeta for mteb's model registry, with that revision: {mt / 'model_meta.py'}" in captured.out
+    # a second model folder beside the first (an export written again into the same --mteb-results): which results
+    # belong to this push cannot be told, and that is said before the upload, not after it
+    shutil.copytree(folder, mt / "results" / "hf_sentcl__export" / "no_revision_available")
+    calls = len(api.calls)
+    assert main([str(export_dir), "--repo-id", "my-org/encoder", "--mteb-results", str(mt)], api=api) == 2
+    assert "should hold exactly one results/ORG__NAME/REVISION/model_meta.json (found 2)" in capsys.readouterr().err
+    assert len(api.calls) == calls
 
 
 def test_recipe_hub_settings_checked_before_training(tmp_path, monkeypatch, repo_root):
