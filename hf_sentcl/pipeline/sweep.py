@@ -155,9 +155,29 @@ def split_fewshot_argv(argv: Sequence[str]) -> tuple[str, list[int], list[int], 
     taken = [key for key in ("--seed", "--train_subset_size", "--train_subset_seed") if has_option(rest, key)]
     if taken:
         raise RecipeError(f"{taken[0]} conflicts with the sweep, which sets the seed and the subset of each run.")
-    if full is not None and not Path(full).is_file():
-        raise RecipeError(f"--full-results '{full}' does not exist (a full-data run's results.json).")
-    return recipe, parse_sizes(sizes), parse_seeds(seeds), full, rest
+    if full is not None:
+        check_full_results(full)
+    parsed = parse_sizes(sizes)
+    if max(parsed) < MIN_SUBSET_SIZE:
+        raise RecipeError(f"--subset-sizes '{sizes}': no size is at least {MIN_SUBSET_SIZE} ({SKIP_REASON}).")
+    return recipe, parsed, parse_seeds(seeds), full, rest
+
+
+def check_full_results(path: str) -> None:
+    """RecipeError unless `path` is a run's results.json with its STS scores after training, which the summary's
+    full-data row reads (checked before any run trains, not after all of them)."""
+    what = "a full-data run's results.json, with sts.after"
+    try:
+        results = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise RecipeError(f"--full-results '{path}' does not exist ({what}).") from None
+    except (OSError, ValueError) as err:
+        raise RecipeError(f"--full-results '{path}' cannot be read as JSON ({err}); give {what}.") from None
+    after = results.get("sts", {}).get("after") if isinstance(results, dict) and isinstance(
+        results.get("sts"), dict) else None
+    if not isinstance(after, dict) or not after:
+        raise RecipeError(f"--full-results '{path}' holds no STS scores after training; give {what} (not the "
+                          "output of `hf-sentcl evaluate`).")
 
 
 # ------------------------------------------------------------------------------------------------ runs

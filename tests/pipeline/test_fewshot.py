@@ -86,6 +86,20 @@ def test_parse_sizes_and_argv(tmp_path):
         split_fewshot_argv(["r.yaml", "--subset-sizes", "10", "--seeds", "1", "--train_subset_size", "3"])
     with pytest.raises(RecipeError, match="full-results"):
         split_fewshot_argv(["r.yaml", "--subset-sizes", "10", "--seeds", "1", "--full-results", str(tmp_path / "x")])
+    # what the summary reads of --full-results and of the sizes, refused before any run trains (not after all)
+    for name, content, words in (("bad.json", "{not json", "cannot be read as JSON"),
+                                 ("evaluate.json", json.dumps({"model": "m", "tasks": ["sts"], "Avg": 70.0}),
+                                  "holds no STS scores after training"),
+                                 ("run.json", json.dumps({"sts": {"after": {"Avg": 70.0}}}), None)):
+        (tmp_path / name).write_text(content)
+        argv = ["r.yaml", "--subset-sizes", "10", "--seeds", "1", "--full-results", str(tmp_path / name)]
+        if words is None:
+            assert split_fewshot_argv(argv)[3] == str(tmp_path / name)
+            continue
+        with pytest.raises(RecipeError, match=f"--full-results .*{words}"):
+            split_fewshot_argv(argv)
+    with pytest.raises(RecipeError, match="no size is at least 2"):
+        split_fewshot_argv(["r.yaml", "--subset-sizes", "1", "--seeds", "1"])
 
 
 def fake(avg, examples, before=None):
