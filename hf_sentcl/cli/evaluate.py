@@ -123,6 +123,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     suites = split_commas(args.tasks)
     try:
         check_suites(suites)
+        sts_only = [flag for flag, value in (("--whitening", args.whitening), ("--dims", args.dims)) if value]
+        if sts_only and "sts" not in suites:
+            raise ValueError(f"{' and '.join(sts_only)} score the STS tasks, which --tasks '{args.tasks}' leaves out; "
+                             "add sts to --tasks.")
     except ValueError as err:
         print(f"error: --tasks: {err}", file=sys.stderr)
         return 2

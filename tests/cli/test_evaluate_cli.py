@@ -126,3 +126,12 @@ def test_glue_suite_is_written_to_the_results_json(tmp_path, tiny_bert_dir):
     sst2 = results["glue"]["sst2"]
     assert sst2["train_examples"] == 48 and len(sst2["runs"]) == 1
     assert "| sst2 |" in output.with_suffix(".md").read_text()
+
+
+def test_sts_only_options_without_the_sts_suite_are_refused(tmp_path, senteval_dir, capsys):
+    """--whitening and --dims score STS: with --tasks transfer they did nothing, silently; now exit 2 before loading
+    (this model does not exist)."""
+    for extra in (["--whitening", "eval"], ["--dims", "16"]):
+        argv = ["--model", str(tmp_path / "no-model"), "--data-dir", str(senteval_dir), "--tasks", "transfer", *extra]
+        assert main(argv) == 2
+        assert f"{extra[0]} score the STS tasks" in capsys.readouterr().err
