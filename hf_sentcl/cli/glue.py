@@ -39,7 +39,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-seq-length", type=int, default=128,
                         help="Tokens per sentence or sentence pair (default 128).")
     parser.add_argument("--max-train-samples", type=int, default=None, help="Fine-tune on the first N train examples.")
-    parser.add_argument("--data-dir", default=None, help="SentEval-format directory (default: $HF_SENTCL_DATA).")
+    parser.add_argument(
+        "--data-dir", default=None,
+        help="SentEval-format directory or hf:// archive (default: $HF_SENTCL_DATA, else the Hub archive; "
+        "`hf-sentcl data info` shows which).",
+    )
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available).")
     parser.add_argument("--output", default=None, help="Write results JSON here (and a .md table beside it).")
     return parser
