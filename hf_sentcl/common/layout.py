@@ -1,7 +1,8 @@
 """The names of what a run writes into its output_dir: the one place that names a run folder's files.
 
     output_dir/
-      results.json, results.md   the run's scores and settings (the model card is rendered from results.json)
+      results.json, results.md   the run's scores and settings (the model card is rendered from results.json; its
+                                 `export` says where the export went and the push, or why they failed)
       plots/                     training curves and STS-B scatter plots
       model.safetensors, ...     the saved encoder (`SentenceEncoder.from_pretrained(output_dir)`)
       checkpoint-N/              Trainer checkpoints (resume, best-on-dev selection)

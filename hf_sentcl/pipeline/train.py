@@ -17,7 +17,7 @@ from transformers import set_seed
 from transformers.integrations import is_deepspeed_zero3_enabled, unset_hf_deepspeed_config
 
 from hf_sentcl.common.distributed import others_wait_for_main_process
-from hf_sentcl.common.layout import ADAPTER_DIRNAME, PREEMPTED_JSON, RUN_COMPLETE_JSON
+from hf_sentcl.common.layout import ADAPTER_DIRNAME, PREEMPTED_JSON, RUN_COMPLETE_JSON, results_json
 from hf_sentcl.common.logs import quiet_library_bars, watched
 from hf_sentcl.common.preemption import Preempted, current_watch, set_phase
 from hf_sentcl.configs.arguments import eval_mixed_precision
@@ -141,6 +141,7 @@ def finish_stage(stage: Stage, train_output, parameters: dict[str, Any], scores:
         results.update(score_results(stage, encoder, scores))
         report(stage, encoder, scores, results)
         results["export"] = publish_run(encoder, results, stage.args)
+        write_json(results_json(stage.args.output_dir), results)  # with where it was exported and pushed, or why not
         mark_run_complete(stage.args.output_dir, results)
         stage.trainer.prune_after_run()
     return results

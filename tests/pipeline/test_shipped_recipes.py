@@ -76,4 +76,5 @@ def test_shipped_recipe_runs_to_its_export_on_one_process(name, data, tmp_path):
     assert [e["step"] for e in results["train"]["dev_curve"]] == [2]
     assert {"before", "after"} <= set(results["sts"])
     assert (output / "run_complete.json").is_file() and (output / "export" / "README.md").is_file()
+    assert results["export"] == {"path": str(output / "export")}  # results.json says where the export went
     check_export_reloads(output)
