@@ -25,6 +25,7 @@ from hf_sentcl.export.writer import check_export_target
 from hf_sentcl.hub.download import resolve_data_dir
 from hf_sentcl.modeling import POOLING_MODES
 from hf_sentcl.modeling.peft import save_adapter
+from hf_sentcl.recipe.run_folder import clear_recorded_failure
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -146,4 +147,6 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{Path(args.mteb_results) / MODEL_META_MODULE}")
     if adapter:
         print(f"LoRA adapter: {adapter}")
+    if Path(args.out).resolve().parent == checkpoint.resolve() and clear_recorded_failure(args.out, "export_error"):
+        print(f"The run in {checkpoint} is complete now: its export had failed at the end of training.")
     return 0

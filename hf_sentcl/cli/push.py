@@ -21,6 +21,7 @@ from hf_sentcl.hub.upload import (
     format_upload_plan,
     upload_plan,
 )
+from hf_sentcl.recipe.run_folder import clear_recorded_failure
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,6 +72,8 @@ def main(argv: Sequence[str] | None = None, api: HubApi | None = None) -> int:
         print(f"The local export in '{args.folder}' is unchanged.", file=sys.stderr)
         return exits.FAILED
     print(f"Uploaded {len(result.files)} files to {target}: {result.url}")
+    if clear_recorded_failure(args.folder, "push_error"):
+        print(f"The run in {Path(args.folder).parent} is complete now: its push had failed at the end of training.")
     if mteb_folder is not None:
         print(f"MTEB results filed under the pushed commit: {mteb_folder}")
         print(f"ModelMeta for mteb's model registry, with that revision: {Path(args.mteb_results) / MODEL_META_MODULE}")

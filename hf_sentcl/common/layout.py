@@ -14,7 +14,8 @@
       seed-N/, size-N/seed-M/    runs of a sweep, each a run folder; with seeds.json/.md, fewshot.json/.md/.png
       preempted.json             a run stopped by a signal: the checkpoint it wrote and how to resume
       run_complete.json          written last, once training, evaluation and export are done: a requeued
-                                 `resume_from_checkpoint: auto` run finds it and exits 0 with nothing to do
+                                 `resume_from_checkpoint: auto` run finds it and exits 0 with nothing to do (1
+                                 when it records a failed export or push, until `hf-sentcl export`/`push` redo it)
 """
 
 from __future__ import annotations

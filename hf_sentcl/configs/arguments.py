@@ -276,7 +276,8 @@ class SentCLTrainingArguments(TrainingArguments):
         metadata={
             "help": "Resume training from this checkpoint-N folder; 'latest' / true: the latest complete checkpoint "
             "in output_dir; 'auto': that checkpoint if there is one, else a fresh start, and nothing to do (exit 0) "
-            "when output_dir holds a finished run: the setting for requeued jobs (docs/reliability.md). Checked "
+            "when output_dir holds a finished run (exit 1 when its export or push had failed): the setting for "
+            "requeued jobs (docs/reliability.md). Checked "
             "before the model loads (hf_sentcl.recipe.run_folder)."
         },
     )

@@ -28,6 +28,7 @@ from hf_sentcl.export.writer import staged_export, write_export
 from hf_sentcl.modeling import POOLING_MODES, SentenceEncoder, SentenceEncoderConfig
 from hf_sentcl.modeling.backbone import resolve_model_name
 from hf_sentcl.modeling.encoder import load_encoder
+from hf_sentcl.modeling.pooling import pooling_mode
 
 logger = logging.getLogger("hf_sentcl")
 
@@ -182,8 +183,12 @@ def check_results_match(
             f"Results file '{path}' was measured with pooling '{results['pooling']}' but the export pools with "
             f"'{pooling}'; pass --pooling {results['pooling']} or evaluate with --pooling {pooling}."
         )
-    layer = encoder.config.pooling_layer
-    if results.get("pooling_layer") not in (None, layer):
+    layer, measured = encoder.config.pooling_layer, results.get("pooling_layer")
+    count = getattr(encoder.config.backbone_config, "num_hidden_layers", None)
+    states = count + 1 if isinstance(count, int) else None  # the embeddings' output and each layer's: -1 is 12 of 13
+    same = measured == layer if states is None else measured % states == layer % states
+    reads_one_state = pooling_mode(pooling).averaged_state is None  # first_last_avg / last2_avg ignore the index
+    if reads_one_state and isinstance(measured, int) and not same:
         raise ExportError(
             f"Results file '{path}' was measured pooling hidden state {results['pooling_layer']} but the export pools "
             f"hidden state {layer}; pass --pooling-layer {results['pooling_layer']} or evaluate with --pooling-layer "

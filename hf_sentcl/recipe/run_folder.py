@@ -32,7 +32,7 @@ import struct
 import tempfile
 from pathlib import Path
 
-from hf_sentcl.common.layout import PREEMPTED_JSON, RUN_COMPLETE_JSON, RUN_ENTRIES
+from hf_sentcl.common.layout import EXPORT_DIRNAME, PREEMPTED_JSON, RUN_COMPLETE_JSON, RUN_ENTRIES
 from hf_sentcl.methods import METHODS
 from hf_sentcl.modeling.backbone import local_weight_bytes
 from hf_sentcl.modeling.health import CHECKPOINT_COMPLETE
@@ -60,6 +60,22 @@ class RunComplete(Exception):
 
 #: what run_complete.json records of a finished run's failed export or push (`publish_run`'s keys)
 PUBLISH_FAILURES = ("export_error", "push_error")
+
+
+def clear_recorded_failure(export_dir: str | os.PathLike, key: str) -> bool:
+    """After `hf-sentcl export`/`push` redid what a finished run's end failed at, into or from that run's own
+    `export/` folder: drop `key` from the run's run_complete.json, so that a requeued `auto` run and a sweep see it
+    complete. Returns whether a recorded failure was cleared."""
+    export_dir = Path(export_dir)
+    marker = export_dir.parent / RUN_COMPLETE_JSON
+    if export_dir.name != EXPORT_DIRNAME or key not in recorded_failures(export_dir.parent):
+        return False
+    content = json.loads(marker.read_text())
+    del content[key]
+    partial = marker.with_name(f".{marker.name}.partial")
+    partial.write_text(json.dumps(content, indent=2) + "\n")
+    os.replace(partial, marker)
+    return True
 
 
 def recorded_failures(output_dir: str | os.PathLike) -> dict[str, str]:
@@ -224,12 +240,13 @@ def resolve_resume(source: str, output_dir: Path, value: str | bool | None) -> s
     if text.lower() == AUTO and (output_dir / RUN_COMPLETE_JSON).is_file():
         failures = recorded_failures(output_dir)
         if failures:  # trained and evaluated, but what the run was to publish is missing: not "nothing to do"
+            export = output_dir / EXPORT_DIRNAME
+            redo = (f"Once the cause is fixed, export the trained encoder with `hf-sentcl export {output_dir} {export}`"
+                    if "export_error" in failures else f"Push '{export}' with the command above")
             raise RunComplete(
                 f"{source}: output_dir '{output_dir}' holds a finished run ({RUN_COMPLETE_JSON}) whose "
                 f"{' and '.join(k.split('_')[0] for k in failures)} failed; training it again would not change that. "
-                + " ".join(failures.values())
-                + (f" The trained encoder is in '{output_dir}': export it with `hf-sentcl export {output_dir} OUT` "
-                   "once the cause is fixed." if "export_error" in failures else ""),
+                f"{' '.join(failures.values())} {redo}: that marks the run complete.",
                 failed=True,
             )
         raise RunComplete(

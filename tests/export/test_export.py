@@ -368,7 +368,8 @@ def test_cli_pools_the_hidden_state_the_evaluate_output_was_measured_on(tiny_ber
     assert main([*common, "--pooling-layer", "-1"]) == 2
     assert "measured pooling hidden state 1 but the export pools hidden state -1" in capsys.readouterr().err
     assert not out.exists()
-    assert main(common) == 0
+    assert main([*common, "--pooling-layer", str(1 - 3)]) == 0  # -2 of the tiny BERT's 3 hidden states is 1
+    assert main([*common, "--overwrite"]) == 0
     layer_1 = SentenceEncoder.from_backbone(str(tiny_bert_dir), pooling="mean", pooling_layer=1).eval()
     probes = ["a first probe sentence", "and another one here"]
     exported = SentenceTransformer(str(out), device="cpu").encode(probes)

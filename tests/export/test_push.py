@@ -175,6 +175,24 @@ def test_push_renders_the_card_for_its_repo_and_files_mteb_results(export_dir, t
     assert len(api.calls) == calls
 
 
+def test_a_push_of_a_runs_export_clears_the_push_error_the_run_recorded(export_dir, tmp_path, capsys):
+    """The `hf-sentcl push` command a run printed when its own push failed: once it succeeds, the run's
+    run_complete.json no longer records the failure (a requeued `auto` run and a sweep then see it complete); a push
+    of an export outside a run folder leaves every run_complete.json alone."""
+    from hf_sentcl.recipe.run_folder import recorded_failures
+
+    run = tmp_path / "run"
+    shutil.copytree(export_dir, run / "export")
+    (run / "run_complete.json").write_text(json.dumps({"global_step": 4, "push_error": "HTTP 503, 5 attempts"}))
+    assert recorded_failures(run) == {"push_error": "HTTP 503, 5 attempts"}
+    assert main([str(run / "export"), "--repo-id", "my-org/encoder"], api=RecordingApi(fail={
+        "upload_folder": http_error(HfHubHTTPError, 403, "403 Forbidden")})) == 1
+    assert recorded_failures(run) == {"push_error": "HTTP 503, 5 attempts"}  # failed again: still recorded
+    assert main([str(run / "export"), "--repo-id", "my-org/encoder"], api=RecordingApi()) == 0
+    assert f"The run in {run} is complete now" in capsys.readouterr().out
+    assert recorded_failures(run) == {} and json.loads((run / "run_complete.json").read_text()) == {"global_step": 4}
+
+
 def test_recipe_hub_settings_checked_before_training(tmp_path, monkeypatch, repo_root):
     monkeypatch.setenv("HF_SENTCL_DATA", str(tmp_path))
     train = tmp_path / "train.txt"

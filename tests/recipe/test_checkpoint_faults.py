@@ -231,8 +231,20 @@ def test_auto_into_a_finished_run_whose_publishing_failed_exits_1_saying_what_to
     assert main([str(recipe), "--resume_from_checkpoint", "auto"]) == 1
     captured = capsys.readouterr()
     assert captured.err.startswith("error: ") and message in captured.err and "nothing to do" not in captured.out
-    assert (f"`hf-sentcl export {out} OUT`" in captured.err) == (failure == "export_error")
+    assert (f"`hf-sentcl export {out} {out / 'export'}`" in captured.err) == (failure == "export_error")
     assert snapshot(out) == before
+    if failure == "export_error":  # the printed command redoes the export and marks the run complete
+        from hf_sentcl.cli.export import main as export_main
+        from hf_sentcl.evaluation.sts import STS_TASKS
+
+        shutil.rmtree(out / "export")
+        results = json.loads((out / "results.json").read_text())  # this short run evaluated nothing; a card needs
+        results["sts"] = {"after": {task: 50.0 for task in (*STS_TASKS, "Avg")}}  # scores, as a real run's has
+        (out / "results.json").write_text(json.dumps(results))
+        assert export_main([str(out), str(out / "export"), "--data-dir", str(values["sts_data_dir"])]) == 0
+        assert "is complete now" in capsys.readouterr().out
+        assert main([str(recipe), "--resume_from_checkpoint", "auto"]) == 0
+        assert "nothing to do" in capsys.readouterr().out
 
 
 def test_auto_resumes_the_latest_checkpoint(tmp_path, finished):
