@@ -119,7 +119,7 @@ class EvaluationSuites:
             results.transfer_details = self.transfer(encoder, batch_size=batch_size, bf16=bf16)
             results.transfer = transfer_summary(results.transfer_details)
         if self.glue is not None:  # fine-tuned where the encoder is (`evaluate --device cpu` on a GPU machine)
-            results.glue = self.glue(encoder, device=next(encoder.parameters()).device.type)
+            results.glue = self.glue(encoder, device=encoder.device.type)
         return results
 
 

@@ -173,9 +173,8 @@ def check_full_results(path: str) -> None:
         raise RecipeError(f"--full-results '{path}' does not exist ({what}).") from None
     except (OSError, ValueError) as err:
         raise RecipeError(f"--full-results '{path}' cannot be read as JSON ({err}); give {what}.") from None
-    after = results.get("sts", {}).get("after") if isinstance(results, dict) and isinstance(
-        results.get("sts"), dict) else None
-    if not isinstance(after, dict) or not after:
+    sts = results.get("sts") if isinstance(results, dict) else None
+    if not isinstance(sts, dict) or not isinstance(sts.get("after"), dict) or not sts["after"]:
         raise RecipeError(f"--full-results '{path}' holds no STS scores after training; give {what} (not the "
                           "output of `hf-sentcl evaluate`).")
 

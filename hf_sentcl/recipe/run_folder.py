@@ -33,6 +33,7 @@ import tempfile
 from pathlib import Path
 
 from hf_sentcl.common.layout import EXPORT_DIRNAME, PREEMPTED_JSON, RUN_COMPLETE_JSON, RUN_ENTRIES
+from hf_sentcl.evaluation.report import write_json
 from hf_sentcl.methods import METHODS
 from hf_sentcl.modeling.backbone import local_weight_bytes
 from hf_sentcl.modeling.health import CHECKPOINT_COMPLETE
@@ -72,9 +73,7 @@ def clear_recorded_failure(export_dir: str | os.PathLike, key: str) -> bool:
         return False
     content = json.loads(marker.read_text())
     del content[key]
-    partial = marker.with_name(f".{marker.name}.partial")
-    partial.write_text(json.dumps(content, indent=2) + "\n")
-    os.replace(partial, marker)
+    write_json(marker, content)
     return True
 
 
