@@ -3,7 +3,11 @@ recipe says. The same command as `hf-sentcl train` (hf_sentcl.cli.train), kept u
 
 import sys
 
-from hf_sentcl.cli.train import main
+from hf_sentcl.common.preemption import watch_early
+
+watch_early()  # a scheduler's signal during the seconds of imports below is noted, not fatal
+
+from hf_sentcl.cli.train import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -25,6 +25,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+#: the commands that train, and so take preemption signals from their first line
+TRAINING_COMMANDS = ("train", "sweep")
+
+
 def get_commands() -> dict[str, str]:
     """Command name -> one-line summary, in the order `--help` lists them."""
     return {name: summary for name, (_, summary) in COMMANDS.items()}
@@ -50,5 +54,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         hint = f" Did you mean '{close[0]}'?" if close else ""
         print(f"error: unknown command '{name}'.{hint}\n\n{usage()}", file=sys.stderr)
         return 2
+    if name in TRAINING_COMMANDS and not {"-h", "--help"} & set(rest):
+        from hf_sentcl.common.preemption import watch_early
+
+        watch_early()  # a scheduler's signal during the seconds of imports below is noted, not fatal
     module = importlib.import_module(COMMANDS[name][0])
     return module.main(rest)

@@ -9,15 +9,17 @@ from hf_sentcl.common import exits
 from hf_sentcl.common.build_locks import guard_extension_builds
 from hf_sentcl.common.distributed import finish_processes
 from hf_sentcl.common.logs import hang_dump, setup_logging
-from hf_sentcl.common.preemption import Preempted, stop_watching, watch_signals
+from hf_sentcl.common.preemption import Preempted, stop_watching, stop_with_launcher, watch_signals
 from hf_sentcl.methods import METHODS
 from hf_sentcl.modeling.health import TrainingFailure
+from hf_sentcl.pipeline.stops import stop_if_signalled
 from hf_sentcl.pipeline.train import run
 from hf_sentcl.recipe.checks import checked
 from hf_sentcl.recipe.parallelism import requests_deepspeed
 from hf_sentcl.recipe.parser import USAGE as RECIPE_USAGE
 from hf_sentcl.recipe.parser import Recipe, RecipeError, merged_values, method_help, parse_recipe
 from hf_sentcl.recipe.run_folder import RunComplete
+from hf_sentcl.recipe.run_lock import release_output_dirs
 
 USAGE = f"usage: {RECIPE_USAGE}"
 
@@ -34,10 +36,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run_recipe(argv: list[str]) -> int:
-    """Check the recipe, run it; the exit status."""
+    """Parse the recipe, then check and run it with the preemption signals watched; the exit status."""
+    stop_with_launcher()  # done by the entry points already; here too for callers of main()
     setup_logging()
     try:
-        recipe = checked(with_guarded_builds(parse_recipe(argv[0], argv[1:])))
+        recipe = with_guarded_builds(parse_recipe(argv[0], argv[1:]))
+    except (RecipeError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return exits.BAD_INPUT
+    return watched_run(lambda: check_and_run(recipe), recipe.training.preemption_signals)
+
+
+def check_and_run(recipe: Recipe) -> int:
+    """Check the recipe (every process of a launch agrees on the outcome, `hf_sentcl.recipe.checks.checked`), stop
+    if a preemption signal came meanwhile, then run it; the exit status."""
+    try:
+        recipe = checked(recipe)
     except RunComplete as done:  # resume_from_checkpoint: auto, requeued after the run finished
         if done.failed:
             print(f"error: {done}", file=sys.stderr, flush=True)
@@ -47,7 +61,8 @@ def run_recipe(argv: list[str]) -> int:
     except (RecipeError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return exits.BAD_INPUT
-    return watched_run(lambda: results_status(run(recipe, already_checked=True)), recipe.training.preemption_signals)
+    stop_if_signalled(recipe, "before training, while the recipe was read and checked")
+    return results_status(run(recipe, already_checked=True))
 
 
 def with_guarded_builds(recipe: Recipe) -> Recipe:
@@ -79,8 +94,13 @@ def watched_run(work: Callable[[], int], signals: Sequence[str] | None) -> int:
     except Preempted as stop:
         print(f"{stop}\nexit status {exits.PREEMPTED} (preempted)", file=sys.stderr, flush=True)
         status = exits.PREEMPTED
+    except KeyboardInterrupt:  # a second Ctrl-C (the first checkpoints and stops: hf_sentcl.common.preemption)
+        print(f"interrupted by a second Ctrl-C: stopped at once; the latest complete checkpoint is kept, the steps "
+              f"after it are lost.\nexit status {exits.INTERRUPTED}", file=sys.stderr, flush=True)
+        status = exits.INTERRUPTED
     finally:
         stop_watching()
+        release_output_dirs()
     return finish_processes(status)
 
 

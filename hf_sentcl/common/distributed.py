@@ -91,6 +91,16 @@ def others_wait_for_main_process() -> Iterator[bool]:
         dist.barrier(group=group)
 
 
+def any_process(flag: bool) -> bool:
+    """Whether `flag` is true on any process (`flag` itself outside a process group); every process must call it.
+    On the long-wait group: a process may arrive after another's solo work."""
+    if world_size() == 1:
+        return flag
+    value = torch.tensor([1 if flag else 0], dtype=torch.int32)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX, group=_long_wait_group())
+    return bool(value.item())
+
+
 def finish_processes(status: int) -> int:
     """End of a run on every process: wait for the others (process 0's final evaluation and export may take long),
     agree on one exit status (the largest: a failure or preemption anywhere is the launch's), and take the process

@@ -10,3 +10,5 @@ BAD_INPUT = 2
 #: stopped by a preemption signal after writing a complete checkpoint; rerun the same command to resume
 #: (EX_TEMPFAIL of sysexits.h: "a temporary failure; the user is invited to retry")
 PREEMPTED = 75
+#: stopped at once by a second Ctrl-C (the shell's 128 + SIGINT); the latest complete checkpoint is kept
+INTERRUPTED = 130

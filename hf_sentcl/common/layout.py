@@ -12,6 +12,7 @@
       <stage>/                   a chained method's earlier stage, itself a run folder (its name: the method's
                                  registry entry, e.g. ConSERT's `stage-1`)
       seed-N/, size-N/seed-M/    runs of a sweep, each a run folder; with seeds.json/.md, fewshot.json/.md/.png
+      eval_before.json           the scores before training, kept so that a requeued run does not measure them again
       preempted.json             a run stopped by a signal: the checkpoint it wrote and how to resume
       run_complete.json          written last, once training, evaluation and export are done: a requeued
                                  `resume_from_checkpoint: auto` run finds it and exits 0 with nothing to do (1
@@ -35,6 +36,7 @@ FEWSHOT_MD = "fewshot.md"
 FEWSHOT_PNG = "fewshot.png"
 PREEMPTED_JSON = "preempted.json"
 RUN_COMPLETE_JSON = "run_complete.json"
+EVAL_BEFORE_JSON = "eval_before.json"
 
 #: names (glob patterns) whose presence in output_dir means it holds a finished or partial run
 RUN_ENTRIES = (

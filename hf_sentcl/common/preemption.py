@@ -13,6 +13,14 @@ of a launch must stop at the same step. What happens next depends on where the r
   process 0 stops at once with `Preempted`; nothing of this phase is marked complete yet, so the requeued run
   (`resume_from_checkpoint: auto`) resumes from the last checkpoint with no steps left and does this phase again.
   The other processes are only waiting for process 0 by then, and carry on waiting.
+- `evaluating` (process 0's evaluation before training): process 0 stops the evaluation at once (its scores are
+  not needed to resume); every process then agrees to stop before the first step (`hf_sentcl.pipeline.train`).
+
+Ctrl-C (SIGINT) is one of the default signals: the first one checkpoints and stops as above, a second one stops at
+once (KeyboardInterrupt; the steps since the last checkpoint are lost). `watch_early()` notes the default signals
+from the entry point's first line, before the seconds of imports and recipe checks; `watch_signals` takes over
+what it noted. Under a launcher (torchrun, `accelerate launch`), `stop_with_launcher()` asks the kernel for a SIGTERM
+when the launcher dies, so workers never train on as orphans after their job has ended.
 """
 
 from __future__ import annotations
@@ -29,9 +37,9 @@ from typing import Literal
 logger = logging.getLogger("hf_sentcl")
 
 #: the signals that preempt a run unless the recipe's `preemption_signals` says otherwise
-DEFAULT_SIGNALS = ("SIGTERM", "SIGUSR1")
+DEFAULT_SIGNALS = ("SIGTERM", "SIGUSR1", "SIGINT")
 
-Phase = Literal["setup", "training", "finishing"]
+Phase = Literal["setup", "evaluating", "training", "finishing"]
 
 
 class Preempted(Exception):
@@ -80,6 +88,13 @@ class Watch:
         if first:
             self.received, self.received_at = signal.Signals(number), time.monotonic()
         name = signal.Signals(number).name
+        if not first and number == signal.SIGINT:  # a second Ctrl-C: the user wants out now
+            raise KeyboardInterrupt
+        if self.phase == "evaluating":
+            raise Preempted(
+                f"preempted by {name} during the evaluation before training; nothing was trained: rerun the same "
+                "command (with 'resume_from_checkpoint: auto') to start it.", name,
+            )
         if self.phase == "finishing" and is_main_process():
             raise Preempted(
                 f"preempted by {name} after training, before the final evaluation and export were complete; "
@@ -89,8 +104,11 @@ class Watch:
             )
         if first:  # logging from a handler could deadlock on the handler's lock; one write to stderr is safe
             where = "after the current step" if self.phase != "finishing" else "(process 0 finishes the run)"
+            again = " (Ctrl-C again: stop at once, losing the steps since the last checkpoint)" if (
+                number == signal.SIGINT) else ""
             os.write(sys.stderr.fileno(),
-                     f"hf_sentcl: {name} received (pid {os.getpid()}): checkpointing and stopping {where}\n".encode())
+                     f"hf_sentcl: {name} received (pid {os.getpid()}): checkpointing and stopping {where}"
+                     f"{again}\n".encode())
 
     def seconds_since_signal(self) -> float | None:
         return None if self.received_at is None else time.monotonic() - self.received_at
@@ -105,13 +123,49 @@ def current_watch() -> Watch:
 
 def watch_signals(names: Sequence[str] | None) -> Watch:
     """Install the preemption handlers for `names` (None: `DEFAULT_SIGNALS`; empty: none) in this process, replacing
-    any earlier watch. Must run in the main thread."""
+    any earlier watch. A signal the earlier watch noted (`watch_early`) is kept when the new watch takes it too, and
+    otherwise given its default action now, as if no handler had been installed. Must run in the main thread."""
     global _watch
+    earlier = _watch if _watch._previous else Watch()  # a watch still installed (not one stopped after its run)
     stop_watching()
     _watch = Watch(signals=signal_numbers(DEFAULT_SIGNALS if names is None else names))
     for number in _watch.signals:
         _watch._previous[number] = signal.signal(number, _watch.handle)
+    if earlier.received is not None:
+        if earlier.received in _watch.signals:
+            _watch.received, _watch.received_at = earlier.received, earlier.received_at
+        else:
+            signal.raise_signal(earlier.received)  # the default action the recipe asked to keep
     return _watch
+
+
+def watch_early() -> Watch:
+    """Note the default preemption signals from the very start of an entry point, before the imports and checks that
+    take seconds: a signal then is acted on once the run can (see `watch_signals`) instead of killing the process
+    without a word or a note. Under a launcher, also `stop_with_launcher`. Only this module and the standard library
+    are loaded."""
+    stop_with_launcher()
+    return watch_signals(None)
+
+
+#: prctl(2)'s option that sends the calling process a signal when its parent dies
+_PR_SET_PDEATHSIG = 1
+
+
+def stop_with_launcher() -> bool:
+    """Under torchrun / `accelerate launch` (TORCHELASTIC_RUN_ID is set), ask Linux to send this worker SIGTERM when
+    its launcher dies (e.g. SIGUSR1 sent to a job's whole process group kills the launcher by default): the worker
+    then checkpoints and stops like any preempted run, instead of training on, orphaned, after its job has ended or
+    been requeued. Returns whether it was set (not on other systems or outside a launcher)."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ or not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 def stop_watching() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,8 +15,13 @@ from datasets import Dataset
 from transformers import set_seed
 from transformers.integrations import is_deepspeed_zero3_enabled, unset_hf_deepspeed_config
 
-from hf_sentcl.common.distributed import others_wait_for_main_process
-from hf_sentcl.common.layout import ADAPTER_DIRNAME, PREEMPTED_JSON, RUN_COMPLETE_JSON, results_json
+from hf_sentcl.common.distributed import others_wait_for_main_process, world_size
+from hf_sentcl.common.layout import (
+    ADAPTER_DIRNAME,
+    PREEMPTED_JSON,
+    RUN_COMPLETE_JSON,
+    results_json,
+)
 from hf_sentcl.common.logs import quiet_library_bars, watched
 from hf_sentcl.common.preemption import Preempted, current_watch, set_phase
 from hf_sentcl.configs.arguments import eval_mixed_precision
@@ -33,6 +37,14 @@ from hf_sentcl.modeling import SentenceEncoder
 from hf_sentcl.modeling.health import check_final_model
 from hf_sentcl.modeling.peft import merge_adapters, parameter_counts, save_adapter
 from hf_sentcl.pipeline.build import build_encoder, build_train_data
+from hf_sentcl.pipeline.stops import (
+    before_evaluation_key,
+    keep_before_scores,
+    mark_run_complete,
+    read_before_scores,
+    stop_if_signalled,
+    write_preemption_note,
+)
 from hf_sentcl.recipe.checks import checked
 from hf_sentcl.recipe.metadata import run_metadata
 from hf_sentcl.recipe.parallelism import describe_parallelism, effective_parallelism
@@ -119,6 +131,7 @@ def run_stage(recipe: Recipe) -> dict[str, Any]:
     state_parallelism(stage)
     parameters = parameter_counts(stage.trainer.model)
     scores = evaluate_before(stage)
+    stop_if_signalled(recipe, "before training, during the model load or the evaluation before training")
     train_output = stage.trainer.train(resume_from_checkpoint=stage.args.resume_from_checkpoint)
     end_if_preempted(stage)
     set_phase("finishing")  # a signal from here on stops process 0 at once: training's last checkpoint is complete
@@ -135,16 +148,37 @@ def finish_stage(stage: Stage, train_output, parameters: dict[str, Any], scores:
     """After training: save the encoder, evaluate it, report, export (process 0), and mark the run complete."""
     save_trained(stage)
     results = training_results(stage, train_output, parameters)
-    if stage.trainer.is_world_process_zero():
-        encoder = final_encoder(stage)
-        scores.update(evaluate_after(stage, encoder))
-        results.update(score_results(stage, encoder, scores))
-        report(stage, encoder, scores, results)
-        results["export"] = publish_run(encoder, results, stage.args)
-        write_json(results_json(stage.args.output_dir), results)  # with where it was exported and pushed, or why not
-        mark_run_complete(stage.args.output_dir, results)
-        stage.trainer.prune_after_run()
+    record = None
+    try:
+        if stage.trainer.is_world_process_zero():
+            encoder = final_encoder(stage)
+            scores.update(evaluate_after(stage, encoder))
+            results.update(score_results(stage, encoder, scores))
+            report(stage, encoder, scores, results)
+            results["export"] = publish_run(encoder, results, stage.args)
+            write_json(results_json(stage.args.output_dir), results)  # with where it went and the push, or why not
+            record = mark_run_complete(stage.args.output_dir, results)
+            stage.trainer.prune_after_run()
+    finally:  # also when process 0 failed: the other nodes wait for its word
+        mark_complete_on_every_node(stage, record)
     return results
+
+
+def mark_complete_on_every_node(stage: Stage, record: dict[str, Any] | None) -> None:
+    """With `save_on_each_node` (disks local to each node): process 0 hands its run_complete.json to the other nodes,
+    whose first process writes it to its own disk, so a requeued launch finds the run finished on every node
+    (`hf_sentcl.recipe.agreement`). `record` is None where process 0 did not complete the run."""
+    if not stage.args.save_on_each_node or world_size() == 1:
+        return
+    import torch.distributed as dist
+
+    from hf_sentcl.common.distributed import _long_wait_group
+
+    shared = [record]
+    dist.broadcast_object_list(shared, src=0, group=_long_wait_group())
+    if shared[0] is not None and stage.args.should_save and not stage.trainer.is_world_process_zero():
+        write_json(Path(stage.args.output_dir) / RUN_COMPLETE_JSON, shared[0])
+        (Path(stage.args.output_dir) / PREEMPTED_JSON).unlink(missing_ok=True)
 
 
 def end_if_preempted(stage: Stage) -> None:
@@ -155,7 +189,7 @@ def end_if_preempted(stage: Stage) -> None:
         return
     watch = current_watch()
     name = watch.received.name if watch.received is not None else "a preemption signal to another process"
-    if stage.trainer.is_world_process_zero():
+    if stage.args.should_save:  # process 0, and each node's first process with save_on_each_node
         note_preemption(stage, name, step, "in training")
     raise Preempted(
         f"preempted by {name}: training stopped at step {step} of {stage.trainer.state.max_steps} and "
@@ -167,26 +201,8 @@ def end_if_preempted(stage: Stage) -> None:
 def note_preemption(stage: Stage, signal_name: str, step: int, when: str) -> None:
     """output_dir/preempted.json: which signal stopped the run, when, and the checkpoint a requeued run resumes
     from (a job script can test for the file: `accelerate launch` turns every worker's status into 1)."""
-    waited = current_watch().seconds_since_signal()
-    write_json(Path(stage.args.output_dir) / PREEMPTED_JSON, {
-        "signal": signal_name, "when": when, "step": step, "max_steps": stage.trainer.state.max_steps,
-        "checkpoint": str(Path(stage.args.output_dir) / f"checkpoint-{step}"),
-        **stage.trainer.steps_run.summary(),  # where this launch started and the steps it ran
-        "seconds_from_signal_to_note": None if waited is None else round(waited, 3),
-        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-    })
-
-
-def mark_run_complete(output_dir: str | Path, results: dict[str, Any]) -> None:
-    """Write output_dir/run_complete.json, the last file a run writes (a requeued `auto` run then has nothing to
-    do), and drop the note of an earlier preemption."""
-    export = results.get("export", {})
-    write_json(Path(output_dir) / RUN_COMPLETE_JSON, {
-        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "global_step": results.get("train", {}).get("global_step"),
-        **{key: export[key] for key in ("push_error", "export_error") if key in export},
-    })
-    (Path(output_dir) / PREEMPTED_JSON).unlink(missing_ok=True)
+    write_preemption_note(stage.args.output_dir, signal_name, when, step, stage.trainer.state.max_steps,
+                          Path(stage.args.output_dir) / f"checkpoint-{step}", stage.trainer.steps_run.summary())
 
 
 def state_parallelism(stage: Stage) -> None:
@@ -239,18 +255,40 @@ def dev_dataset(dev_evaluator: STSEvaluator) -> Dataset:
 
 def evaluate_before(stage: Stage) -> dict[str, SuiteResults]:
     """The untouched encoder's scores, printed (process 0; `{}` when the recipe asks for none). Called after the
-    trainer is built, so "before" scores the encoder that trains (CLEAR's from_scratch replaces it)."""
+    trainer is built, so "before" scores the encoder that trains (CLEAR's from_scratch replaces it).
+
+    A signal stops it at once (phase `evaluating`; `stop_if_signalled` then ends the run), and the scores are kept in
+    output_dir (`EVAL_BEFORE_JSON`), so a requeued run reuses them rather than evaluating again."""
     recipe = stage.recipe
     if not (stage.suites.suites and recipe.data.eval_before_training):
         return {}
+    before = None
     with others_wait_for_main_process() as main:  # the others wait longer than ddp_timeout if need be
         if not main:
             return {}
-        with on_device(stage.encoder, stage.args.device):
-            before = evaluate_suites(stage.encoder, stage.suites, recipe)
+        key = before_evaluation_key(recipe)
+        before = read_before_scores(stage.args.output_dir, key)
+        if before is None:
+            before = evaluate_untouched(stage)
+            if before is not None:
+                keep_before_scores(stage.args.output_dir, key, before)
+    if before is None:
+        return {}
     table = markdown_report({RUN_LABELS["before"]: before}, recipe.data.sts_mode)
     print(f"{table}\n{embedding_note(stage.encoder)}", flush=True)
     return {"before": before}
+
+
+def evaluate_untouched(stage: Stage) -> SuiteResults | None:
+    """Process 0's evaluation of the encoder before training, or None when a preemption signal stopped it."""
+    set_phase("evaluating")
+    try:
+        with on_device(stage.encoder, stage.args.device):
+            return evaluate_suites(stage.encoder, stage.suites, stage.recipe)
+    except Preempted:
+        return None
+    finally:
+        set_phase("setup")
 
 
 @contextmanager

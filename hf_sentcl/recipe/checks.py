@@ -13,9 +13,11 @@ from hf_sentcl.hub.download import resolve_data_dir
 from hf_sentcl.hub.upload import HubError, check_hub_settings
 from hf_sentcl.methods import get_method
 from hf_sentcl.modeling.backbone import BackboneError, backbone_config, max_sequence_length
+from hf_sentcl.recipe.agreement import checked_by_every_process
 from hf_sentcl.recipe.parallelism import check_topology
 from hf_sentcl.recipe.parser import Recipe, RecipeError
 from hf_sentcl.recipe.run_folder import check_run_folder
+from hf_sentcl.recipe.run_lock import hold_output_dir
 
 
 def validate_recipe(recipe: Recipe) -> None:
@@ -157,6 +159,16 @@ def check_train_text(recipe: Recipe, global_batch: int) -> None:
 
 def checked(recipe: Recipe) -> Recipe:
     """The recipe after every check that needs no model (RecipeError otherwise), with resume_from_checkpoint
-    resolved to a checkpoint folder."""
+    resolved to a checkpoint folder; every process of a launch reaches the same verdict and checkpoint
+    (`hf_sentcl.recipe.agreement`)."""
+    return checked_by_every_process(recipe, check_on_this_process)
+
+
+def check_on_this_process(recipe: Recipe) -> Recipe:
+    """This process's checks: the recipe's own, then its output_dir (locked against another run still writing in
+    it, before any checkpoint there is resolved or removed)."""
     validate_recipe(recipe)
-    return check_run_folder(recipe)  # after the recipe's own checks: it creates output_dir to probe it
+    hold_output_dir(recipe)
+    recipe = check_run_folder(recipe)  # after the recipe's own checks: it creates output_dir to probe it
+    hold_output_dir(recipe, checked=True)  # also a folder the check has just created
+    return recipe

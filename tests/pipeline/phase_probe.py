@@ -5,11 +5,12 @@ enters a phase, so a test can send a signal while a process is inside it:
     step-N.R            process R starts training step N (0-based: the step after global step N)
     evaluate.R          process R starts a dev evaluation
     save.R              process R is inside a checkpoint save, its weights written, optimizer and mark not yet
+    suites.R            process 0 starts the evaluation suites (before training, in phase `evaluating`, and after)
     final.R             process 0 starts the final evaluation
     export.R            process 0 starts the export
 
 Each note holds the wall-clock time and the process id. $HF_SENTCL_PROBE_PAUSE names a phase (step, evaluate, save,
-final, export) or one note (step-2), and the process sleeps $HF_SENTCL_PROBE_PAUSE_S seconds in it: long enough
+suites, final, export) or one note (step-2), and the process sleeps $HF_SENTCL_PROBE_PAUSE_S seconds in it: long enough
 for the test's signal to arrive inside. Nothing else changes: the run is the user's.
 """
 
@@ -56,6 +57,7 @@ ContrastiveTrainer.training_step = probed(
 ContrastiveTrainer.evaluate = probed("evaluate", ContrastiveTrainer.evaluate)
 Trainer._save_optimizer_and_scheduler = probed("save", Trainer._save_optimizer_and_scheduler)
 pipeline.evaluate_after = probed("final", pipeline.evaluate_after)
+pipeline.evaluate_suites = probed("suites", pipeline.evaluate_suites)
 pipeline.publish_run = probed("export", pipeline.publish_run)
 
 if __name__ == "__main__":
