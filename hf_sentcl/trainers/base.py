@@ -576,6 +576,19 @@ class ContrastiveTrainer(Trainer):
         if snapshot and self.state.global_step == 0:
             restore_master_weights(self.accelerator.unwrap_model(self.model), snapshot)
 
+    def _save(self, output_dir: str | None = None, state_dict=None) -> None:
+        """Trainer's save of the weights, config and tokenizer, written by every node's first process with
+        `save_on_each_node` (disks local to each node): transformers 5's `save_pretrained` writes only on global rank
+        0 once a process group exists, which left every other node's copy of each checkpoint without its weights."""
+        if not (self.args.save_on_each_node and self.args.should_save and world_size() > 1 and dist.get_rank() != 0):
+            return super()._save(output_dir, state_dict)
+        model = self.accelerator.unwrap_model(self.model, keep_torch_compile=False)
+        model.should_save_on_this_rank = lambda is_main_process: is_main_process
+        try:
+            return super()._save(output_dir, state_dict)
+        finally:
+            del model.should_save_on_this_rank
+
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """`Trainer.save_model`, except under DeepSpeed, where the weights saved (in checkpoints, in output_dir, and so
         in the export) are the optimizer's fp32 master weights, not the engine's 16-bit module cast back

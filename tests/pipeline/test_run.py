@@ -288,9 +288,12 @@ def test_the_before_evaluation_runs_on_the_training_device(monkeypatch):
     monkeypatch.setattr(train, "evaluate_suites", lambda model, *_: seen.append(model.device) or "scores")
     monkeypatch.setattr(train, "markdown_report", lambda *_: "table")
     monkeypatch.setattr(train, "embedding_note", lambda *_: "note")
+    monkeypatch.setattr(train, "before_evaluation_key", lambda *_: {})  # no scores kept from an earlier launch
+    monkeypatch.setattr(train, "read_before_scores", lambda *_: None)
+    monkeypatch.setattr(train, "keep_before_scores", lambda *_: None)
     recipe = SimpleNamespace(data=SimpleNamespace(eval_before_training=True, sts_mode="all"))
     stage = SimpleNamespace(recipe=recipe, suites=SimpleNamespace(suites=["sts"]), encoder=encoder,
-                            args=SimpleNamespace(device=torch.device("meta")))
+                            args=SimpleNamespace(device=torch.device("meta"), output_dir="unused"))
     assert train.evaluate_before(stage) == {"before": "scores"}
     assert seen == [torch.device("meta")] and encoder.moves == [torch.device("meta"), torch.device("cpu")]
     stage.args.device = torch.device("cpu")  # already there: not moved
