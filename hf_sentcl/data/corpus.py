@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +49,55 @@ def check_train_file(path: str | None) -> Path | None:
             raise FileNotFoundError(f"train_file '{resolved}' does not exist (recipe key 'train_file').")
     check_data_file(resolved, "train_file")
     return resolved
+
+
+def method_columns(
+    source: str,
+    available: Sequence[str],
+    text_columns: tuple[str, ...],
+    optional_columns: tuple[str, ...] = (),
+    text_column: str = "text",
+    reader: str = "the method",
+) -> dict[str, str]:
+    """The source column each of a method's `text_columns` is read from: itself, except that a one-sentence method
+    (`("text",)`) reads `text_column` when the source has that column. ValueError naming the source, the columns it
+    has, the ones `reader` needs and the fix when one is missing.
+
+    The one rule for a training source's columns: checked before any model loads for a local .txt/.csv/.tsv file
+    (`check_train_columns`, from its header) and when the data loads (`load_training_data`) for every source."""
+    available = list(available)
+    if text_columns == ("text",) and text_column != "text" and text_column in available:
+        return {"text": text_column}
+    missing = [c for c in text_columns if c not in available]
+    if not missing:
+        return {c: c for c in text_columns}
+    needs = ", ".join(f"'{c}'" for c in text_columns)
+    if text_columns == ("text",):
+        needs += f" (or '{text_column}', key 'text_column')" if text_column != "text" else " (or set key 'text_column')"
+    if optional_columns:
+        needs += " and, where present, " + ", ".join(f"'{c}'" for c in optional_columns)
+    has = ", ".join(f"'{c}'" for c in available) or "none"
+    named = ", ".join(f"'{c}'" for c in missing)
+    raise ValueError(
+        f"{source} has no column{'s' if len(missing) > 1 else ''} {named}: its columns are {has}, and {reader} "
+        f"reads {needs}. Name the columns so in the file's header (line 1 of a .csv/.tsv, the keys of a .jsonl), "
+        "or use the method that fits the file."
+    )
+
+
+def check_train_columns(
+    path: Path,
+    text_columns: tuple[str, ...],
+    optional_columns: tuple[str, ...] = (),
+    text_column: str = "text",
+    reader: str = "the method",
+) -> None:
+    """Before any model loads: the local training file `path` has the columns the method reads (`method_columns`,
+    from the header its scan read: a .txt file's one column is `text`). A .json(l) file's keys are only known to
+    its reader, so they are checked when it loads, by the same rule."""
+    scan = scan_data_file(path)
+    if scan.format in ("text", "csv"):
+        method_columns(f"train_file '{path}'", scan.header, text_columns, optional_columns, text_column, reader)
 
 
 #: the recipe keys that name training text; a recipe sets one of them
@@ -128,13 +178,10 @@ def load_training_data(
     text are dropped (and counted) from every source.
     """
     dataset, source, scan = _raw_training_data(data_args, text_columns)
-    renamed = {}
-    if text_columns == ("text",) and data_args.text_column != "text" and data_args.text_column in dataset.column_names:
-        dataset = dataset.rename_column(data_args.text_column, "text")
-        renamed["text"] = data_args.text_column
-    missing = [c for c in text_columns if c not in dataset.column_names]
-    if missing:
-        raise ValueError(f"{source} has no column(s) {missing}; it has {dataset.column_names}.")
+    read_from = method_columns(source, dataset.column_names, text_columns, optional_columns, data_args.text_column)
+    renamed = {column: name for column, name in read_from.items() if column != name}
+    for column, name in renamed.items():
+        dataset = dataset.rename_column(name, column)
     columns = text_columns + tuple(c for c in optional_columns if c in dataset.column_names and c not in text_columns)
     dataset = dataset.select_columns(list(columns))
     if scan is not None and scan.format in ("text", "csv"):

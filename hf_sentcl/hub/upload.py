@@ -7,12 +7,21 @@ The token is never taken as an argument, logged or written: `huggingface_hub` re
 
 Transient failures are retried with exponential backoff. Transient: a connection refused, reset or closed without an
 answer, a timeout, HTTP 408, 429 and 5xx (not 501). Everything else fails at once: HTTP 401/403/404 and other 4xx,
-offline mode, no token, a host name that does not exist. Two environment variables set the retries:
+offline mode, no token, a host name that does not exist. Three environment variables set the retries:
 
     HF_SENTCL_PUSH_ATTEMPTS   attempts in all, at least 1 (default 5; 1 turns retrying off)
     HF_SENTCL_PUSH_BACKOFF_S  seconds before the 2nd attempt, doubled before each later one, capped at 60 s
                               (default 2: about 2, 4, 8, 16 s); each wait is drawn within +-25 % (jitter), and an
                               answer's `Retry-After` (seconds, up to 60) is waited at least
+    HF_SENTCL_PUSH_TIMEOUT_S  seconds a request of the push waits for each step of the exchange: connecting, sending a
+                              piece of the body, each read of the answer (default 60, more than 0)
+
+huggingface_hub's shared HTTP client has no timeout (`timeout=None`), and some of its calls pass `timeout=None`
+themselves, so a Hub that accepts the connection and never answers would hold a push forever. While a push runs, the
+client is built with a request hook that gives every request without a bound the push timeout (a bound a call sets
+itself is kept); the timeout is then a transient failure like the others. The client is shared by the process: a
+download running in another thread during a push gets the bound too, and the client is rebuilt (its pooled
+connections closed) when the push starts and ends.
 
 Each retry is logged as a warning on the `hf_sentcl` logger with the attempt, the wait and the error. When the
 attempts are spent, the `HubError` names the repository, the number of attempts, the last error and the
@@ -37,12 +46,13 @@ import random
 import shlex
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from huggingface_hub import HfApi, get_token
+from huggingface_hub import HfApi, get_token, set_client_factory
 from huggingface_hub import errors as hub_errors
 from huggingface_hub.errors import (
     HfHubHTTPError,
@@ -53,6 +63,7 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS, filter_repo_objects, validate_repo_id
+from huggingface_hub.utils import _http as hub_http
 
 from hf_sentcl.hub.offline import is_offline
 
@@ -60,8 +71,11 @@ REQUIRED_EXPORT_FILES = ("config.json", "modules.json", "README.md")
 
 ATTEMPTS_ENV = "HF_SENTCL_PUSH_ATTEMPTS"
 BACKOFF_ENV = "HF_SENTCL_PUSH_BACKOFF_S"
+TIMEOUT_ENV = "HF_SENTCL_PUSH_TIMEOUT_S"
 DEFAULT_ATTEMPTS = 5
 DEFAULT_BACKOFF_S = 2.0
+#: a commit of a few files is answered in seconds; a minute of silence is a Hub that will not answer
+DEFAULT_TIMEOUT_S = 60.0
 #: no wait between two attempts is longer (Retry-After included)
 MAX_BACKOFF_S = 60.0
 #: each wait is drawn within +-JITTER of its nominal value
@@ -140,6 +154,7 @@ def check_push_possible(repo_id: str | None, key: str = "hub_model_id") -> None:
     or no token."""
     check_repo_id(repo_id, key)
     push_retry_settings()  # a bad HF_SENTCL_PUSH_ATTEMPTS/BACKOFF_S fails now, not after training
+    push_timeout()  # and a bad HF_SENTCL_PUSH_TIMEOUT_S
     if is_offline():
         raise HubError("push_to_hub is set but HF_HUB_OFFLINE=1: pushing needs the network. Unset HF_HUB_OFFLINE.")
     if get_token() is None:
@@ -210,6 +225,54 @@ def push_retry_settings() -> tuple[int, float]:
     if not (math.isfinite(backoff) and backoff >= 0):
         raise HubError(f"{BACKOFF_ENV}='{raw}' must be a number of seconds, 0 or more (the wait before attempt 2).")
     return attempts, backoff
+
+
+def push_timeout() -> float:
+    """Seconds each step of a push's HTTP requests may wait (connect, send, each read): `HF_SENTCL_PUSH_TIMEOUT_S`."""
+    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    try:
+        timeout = float(raw) if raw else DEFAULT_TIMEOUT_S
+    except ValueError:
+        timeout = 0.0
+    if not (math.isfinite(timeout) and timeout > 0):
+        raise HubError(f"{TIMEOUT_ENV}='{raw}' must be a number of seconds, more than 0 (how long a request of a push "
+                       "waits for the Hub).")
+    return timeout
+
+
+def _bound_request_hook(timeout: float) -> Callable[[Any], None]:
+    """An httpx request hook that gives each unbounded part of a request's timeout (connect, read, write, pool) the
+    bound `timeout`; a bound the caller set is kept. The transport reads the request's `timeout` extension after the
+    hooks ran, so this reaches requests sent with `timeout=None` too."""
+
+    def bound(request: Any) -> None:
+        given = request.extensions.get("timeout") or {}
+        parts = {name: given.get(name) for name in ("connect", "read", "write", "pool")}
+        request.extensions = {**request.extensions,
+                              "timeout": {name: timeout if value is None else value for name, value in parts.items()}}
+
+    return bound
+
+
+@contextmanager
+def bounded_hub_requests(timeout: float) -> Iterator[None]:
+    """While the block runs, every request of huggingface_hub's shared client waits at most `timeout` seconds per
+    step: its client factory is wrapped to add `_bound_request_hook` (huggingface_hub rebuilds the client from the
+    factory after a connection error), and the previous factory is put back afterwards."""
+    previous = getattr(hub_http, "_GLOBAL_CLIENT_FACTORY", hub_http.default_client_factory)
+    hook = _bound_request_hook(timeout)
+
+    def bounded_client() -> Any:
+        client = previous()
+        hooks = client.event_hooks
+        client.event_hooks = {**hooks, "request": [*hooks.get("request", []), hook]}
+        return client
+
+    set_client_factory(bounded_client)  # closes the shared client: the next request builds a bounded one
+    try:
+        yield
+    finally:
+        set_client_factory(previous)
 
 
 def _no_such_host(err: BaseException) -> bool:
@@ -298,31 +361,44 @@ def push_folder(
     check_repo_id(repo_id)
     files = upload_plan(folder)
     attempts, backoff = push_retry_settings()
+    timeout = push_timeout()
     api = api if api is not None else HfApi()
     message = commit_message or f"Upload sentence encoder exported by hf_sentcl ({len(files)} files)"
-    for attempt in range(1, attempts + 1):
-        try:
-            info = _push_once(api, folder, repo_id, private=private, revision=revision, commit_message=message)
-            break
-        except (hub_errors.HTTPError, OSError) as err:  # HTTP answers, transport failures, offline mode, no token
-            if not is_transient(err):
-                raise HubError(describe_hub_error(err, repo_id, revision)) from None
-            if attempt == attempts:
-                retry = retry_command or push_command(folder, repo_id, revision=revision, private=private,
-                                                      commit_message=commit_message)
-                last = describe_hub_error(err, repo_id, revision).rstrip(".")
-                raise HubError(
-                    f"Push to '{repo_id}' failed after {attempts} attempt{'s' if attempts > 1 else ''} "
-                    f"({ATTEMPTS_ENV}={attempts}); the last error: {last}. Nothing local was changed; push the "
-                    f"export again with `{retry}`."
-                ) from None
-            wait = retry_wait(attempt, backoff, err)
-            logger.warning("Push to '%s': attempt %d of %d failed (%s); retrying in %.3g s.",
-                           repo_id, attempt, attempts, short_error(err), wait)
-            time.sleep(wait)
+    with bounded_hub_requests(timeout):
+        for attempt in range(1, attempts + 1):
+            try:
+                info = _push_once(api, folder, repo_id, private=private, revision=revision, commit_message=message)
+                break
+            except (hub_errors.HTTPError, OSError) as err:  # HTTP answers, transport failures, offline mode, no token
+                if not is_transient(err):
+                    raise HubError(describe_hub_error(err, repo_id, revision)) from None
+                if attempt == attempts:
+                    retry = retry_command or push_command(folder, repo_id, revision=revision, private=private,
+                                                          commit_message=commit_message)
+                    raise HubError(attempts_ran_out(err, repo_id, revision, attempts, timeout, retry)) from None
+                wait = retry_wait(attempt, backoff, err)
+                logger.warning("Push to '%s': attempt %d of %d failed (%s); retrying in %.3g s.",
+                               repo_id, attempt, attempts, short_error(err), wait)
+                time.sleep(wait)
     url = getattr(info, "commit_url", None) or f"https://huggingface.co/{repo_id}"
     commit = getattr(info, "oid", None)
     return PushResult(repo_id=repo_id, revision=revision, url=url, files=tuple(files), commit=commit)
+
+
+def attempts_ran_out(err: BaseException, repo_id: str, revision: str | None, attempts: int, timeout: float,
+                     retry: str) -> str:
+    """The message of a push whose attempts are spent: the repository, the attempts, the last error (for a timeout,
+    the bound and its variable) and the command that pushes the export again."""
+    last = describe_hub_error(err, repo_id, revision).rstrip(".")
+    if any(cls.__name__ == "TimeoutException" for cls in type(err).__mro__) or isinstance(err, TimeoutError):
+        where = f"'{repo_id}'" + (f" (revision '{revision}')" if revision else "")
+        last = (f"Cannot push to {where}: the Hub did not answer within {timeout:g} s ({short_error(err)}; "
+                f"{TIMEOUT_ENV} sets that bound)")
+    return (
+        f"Push to '{repo_id}' failed after {attempts} attempt{'s' if attempts > 1 else ''} "
+        f"({ATTEMPTS_ENV}={attempts}); the last error: {last}. Nothing local was changed; push the "
+        f"export again with `{retry}`."
+    )
 
 
 def _push_once(api: HubApi, folder: str | Path, repo_id: str, *, private: bool | None, revision: str | None,

@@ -6,7 +6,7 @@ import warnings
 from pathlib import Path
 
 from hf_sentcl.data.checks import count_train_examples
-from hf_sentcl.data.corpus import check_train_file, text_sources
+from hf_sentcl.data.corpus import check_train_columns, check_train_file, text_sources
 from hf_sentcl.evaluation.suites import check_suites, suite_settings
 from hf_sentcl.evaluation.transfer import check_transfer_files
 from hf_sentcl.hub.download import resolve_data_dir
@@ -138,10 +138,15 @@ def check_backbone(recipe: Recipe) -> None:
 
 
 def check_train_text(recipe: Recipe, global_batch: int) -> None:
-    """A local train_file exists, is UTF-8 with usable examples, and fills at least one global batch (a smaller
-    one trains on fewer in-batch negatives than the recipe says, and one example on none at all: loss 0)."""
+    """A local train_file exists, is UTF-8 with usable examples, has the columns the method reads, and fills at
+    least one global batch (a smaller one trains on fewer in-batch negatives than the recipe says, and one example
+    on none at all: loss 0)."""
     try:
         path = check_train_file(recipe.data.train_file)
+        if path is not None:  # the loader's rule (`method_columns`), before the model loads rather than after
+            spec = get_method(recipe.method)
+            check_train_columns(path, spec.text_columns, spec.optional_text_columns, recipe.data.text_column,
+                                reader=f"method '{recipe.method}'")
     except ValueError as err:
         raise RecipeError(f"{recipe.source}: {err}") from None
     if path is None:
