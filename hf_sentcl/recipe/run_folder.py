@@ -10,8 +10,9 @@ A checkpoint is complete when the trainer marked it so (`CHECKPOINT_COMPLETE`, w
 written its files, see `ContrastiveTrainer._save_checkpoint`) and holds the files an exact resume needs. A
 checkpoint without the mark was cut off while being written (a crash, a full disk) and is never resumed from.
 A checkpoint is usable when it is complete and undamaged (`checkpoint_problems`): every file the mark lists has its
-recorded size and, for *.safetensors, its crc32, and every top-level *.safetensors file's header and length agree
-(marks written before the file list existed: that header check only).
+recorded size and crc32 (marks that have a crc32 for the *.safetensors only: the sizes of the rest), every
+top-level *.safetensors file's header and length agree and every JSON file parses (marks written before the file
+list existed: those two checks only). The format and its checks: `hf_sentcl.trainers.checkpoint_files`.
 
 `resume_from_checkpoint` values: a checkpoint folder (refused when incomplete or damaged); `latest`/`true`: the
 latest usable checkpoint of output_dir or of a chained method's stage folder, skipping damaged ones with a warning;
@@ -28,7 +29,6 @@ import logging
 import os
 import re
 import shutil
-import struct
 import tempfile
 from pathlib import Path
 
@@ -45,8 +45,6 @@ logger = logging.getLogger("hf_sentcl")
 LATEST = ("latest", "true")
 #: `resume_from_checkpoint` value for requeued jobs: the latest usable checkpoint, else a fresh start
 AUTO = "auto"
-#: safetensors refuses headers above 100 MB; a length beyond that is damage, not a header to read
-_MAX_SAFETENSORS_HEADER = 100_000_000
 
 
 class RunComplete(Exception):
@@ -122,64 +120,15 @@ def missing_checkpoint_files(checkpoint: Path) -> list[str]:
     return missing
 
 
-def safetensors_defect(path: Path) -> str | None:
-    """What is wrong with the framing of a .safetensors file, or None: an 8-byte little-endian header length, a JSON
-    header, and tensor data that ends exactly where the file does (the largest `data_offsets` end)."""
-    size = path.stat().st_size
-    if size < 8:
-        return f"truncated: {size:,} bytes, shorter than the 8-byte header length"
-    with open(path, "rb") as file:
-        (length,) = struct.unpack("<Q", file.read(8))
-        if length > min(size - 8, _MAX_SAFETENSORS_HEADER):
-            return f"truncated or damaged: its header length says {length:,} bytes, the file holds {size:,}"
-        try:
-            header = json.loads(file.read(length))
-        except (UnicodeDecodeError, ValueError):
-            return "header not valid JSON"
-    try:
-        end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
-    except (AttributeError, TypeError, KeyError, IndexError, ValueError):
-        return "header not valid JSON (a tensor entry without data_offsets)"
-    expected = 8 + length + end
-    if size < expected:
-        return f"truncated: {size:,} of {expected:,} bytes"
-    if size > expected:
-        return f"{size - expected:,} bytes after the tensor data (the header accounts for {expected:,} bytes)"
-    return None
-
-
 def checkpoint_damage(checkpoint: Path) -> list[str]:
     """'file: defect' for every file of a marked checkpoint that does not match its mark (missing, another size, crc
-    mismatch) or whose safetensors framing is broken (`safetensors_defect`); empty when it is undamaged. Sizes and
-    headers are checked first, the crc32 (about 0.5 s per GiB) only of files that pass them."""
-    from hf_sentcl.trainers.base import file_crc32  # the trainer's own, imported only when a resume needs it
+    mismatch), whose safetensors framing is broken or that is JSON that does not parse; empty when it is undamaged.
+    The check belongs to the checkpoint format (`hf_sentcl.trainers.checkpoint_files.checkpoint_damage`), imported
+    only when a resume needs it: the commands that import this module for its other checks never load the
+    trainers."""
+    from hf_sentcl.trainers.checkpoint_files import checkpoint_damage as damage
 
-    try:
-        mark = json.loads((checkpoint / CHECKPOINT_COMPLETE).read_text())
-    except (UnicodeDecodeError, ValueError):
-        return [f"{CHECKPOINT_COMPLETE}: not valid JSON"]
-    recorded = mark.get("files") if isinstance(mark, dict) else None
-    recorded = recorded if isinstance(recorded, dict) else {}  # an older mark: the header check only
-    problems, to_hash = {}, []
-    for name, entry in recorded.items():
-        path, size = checkpoint / name, entry.get("size") if isinstance(entry, dict) else None
-        actual = path.stat().st_size if path.is_file() else None
-        if not isinstance(size, int):
-            problems[name] = f"{CHECKPOINT_COMPLETE} records no size for it"
-        elif actual is None:
-            problems[name] = "missing"
-        elif actual != size:
-            problems[name] = (f"truncated: {actual:,} of {size:,} bytes" if actual < size else
-                              f"{actual:,} bytes, the checkpoint recorded {size:,}")
-        elif "crc32" in entry:
-            to_hash.append((name, entry["crc32"]))
-    for path in sorted(checkpoint.glob("*.safetensors")):
-        if path.name not in problems and (defect := safetensors_defect(path)):
-            problems[path.name] = defect
-    for name, crc in to_hash:
-        if name not in problems and file_crc32(checkpoint / name) != crc:
-            problems[name] = "crc mismatch"
-    return [f"{name}: {defect}" for name, defect in problems.items()]
+    return damage(checkpoint)
 
 
 def checkpoint_problems(checkpoint: Path) -> list[str]:

@@ -33,13 +33,8 @@ Under FSDP or DeepSpeed ZeRO-3 weights used outside the forward are sharded: suc
 
 from __future__ import annotations
 
-import errno
-import json
-import os
-import re
 import shutil
 import time
-import zlib
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -71,6 +66,14 @@ from hf_sentcl.modeling.fast_dropout import use_fast_dropout
 from hf_sentcl.modeling.health import CHECKPOINT_COMPLETE, NonFiniteLossFlag, TrainingFailure
 from hf_sentcl.trainers.cached import cached_training_step
 from hf_sentcl.trainers.callbacks import OnTrainBegin, PreemptionCallback, StepsRunCallback, TrainingCostCallback
+from hf_sentcl.trainers.checkpoint_files import (
+    delete_checkpoint,
+    disk_full_failure,
+    folder_bytes,
+    is_disk_full,
+    rotate_old_checkpoints,
+    write_completion_mark,
+)
 from hf_sentcl.trainers.guide import Guide
 from hf_sentcl.trainers.length_buckets import forward_in_length_buckets
 from hf_sentcl.trainers.master_weights import master_state_dict, restore_master_weights, weights_snapshot
@@ -131,115 +134,8 @@ def without_forward_autocast(model: nn.Module) -> Iterator[None]:
         model.forward = wrapped
 
 
-# ------------------------------------------------------------------ checkpoint files (see _save_checkpoint)
-#: read size for checkpoint CRCs: zlib.crc32 runs at about 2 GiB/s here, larger reads gain nothing
-CRC_CHUNK_BYTES = 8 * 2**20
-#: what safetensors' and the OS's messages say for a full disk or an exceeded quota (safetensors raises its own
-#: error type with the OS error's text, torch.save a RuntimeError without an errno)
-_DISK_FULL_TEXTS = ("No space left on device", "Disk quota exceeded", f"os error {errno.ENOSPC})",
-                    f"os error {errno.EDQUOT})")
-_CHECKPOINT_NAME = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
-
-
-def file_crc32(path: Path) -> int:
-    """zlib.crc32 of a file's bytes, read in `CRC_CHUNK_BYTES` chunks."""
-    crc, buffer = 0, bytearray(CRC_CHUNK_BYTES)
-    view = memoryview(buffer)
-    with open(path, "rb") as file:
-        while count := file.readinto(buffer):
-            crc = zlib.crc32(view[:count], crc)
-    return crc
-
-
-def checkpoint_manifest(folder: Path) -> dict[str, dict[str, int]]:
-    """Every file of a checkpoint folder (recursive, relative POSIX path; the completion mark left out) with its size
-    in bytes, and the zlib.crc32 of every *.safetensors file: what `hf_sentcl.recipe.run_folder` checks before a
-    resume."""
-    files = {}
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        name = path.relative_to(folder).as_posix()
-        if name != CHECKPOINT_COMPLETE:
-            files[name] = {"size": path.stat().st_size}
-            if name.endswith(".safetensors"):
-                files[name]["crc32"] = file_crc32(path)
-    return files
-
-
-def write_completion_mark(folder: Path, global_step: int) -> None:
-    """Write `CHECKPOINT_COMPLETE` into `folder`: the step and `checkpoint_manifest`, whole or not at all (a
-    temporary file renamed over it)."""
-    text = json.dumps({"global_step": global_step, "files": checkpoint_manifest(folder)}, indent=1) + "\n"
-    partial = folder / f".{CHECKPOINT_COMPLETE}.partial"
-    try:
-        partial.write_text(text)
-        os.replace(partial, folder / CHECKPOINT_COMPLETE)
-    finally:
-        partial.unlink(missing_ok=True)
-
-
-def folder_bytes(folder: Path) -> int:
-    """The bytes of the files under `folder` (0 when it is gone; files vanishing meanwhile are skipped)."""
-    total = 0
-    for path in folder.rglob("*") if folder.is_dir() else ():
-        try:
-            total += path.stat().st_size if path.is_file() else 0
-        except OSError:
-            pass
-    return total
-
-
-def is_disk_full(error: BaseException, folder: Path) -> bool:
-    """Whether `error`, raised while writing into `folder`, comes from a full disk or an exceeded quota: an OSError
-    with errno ENOSPC/EDQUOT or the OS's text for them anywhere in its chain, or a writer error without an errno
-    (torch.save's RuntimeError) on a disk left with under 1 MiB free."""
-    chain, seen = [], error
-    while seen is not None and seen not in chain:
-        chain.append(seen)
-        seen = seen.__cause__ or seen.__context__
-    for err in chain:
-        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
-        if any(text in str(err) for text in _DISK_FULL_TEXTS):
-            return True
-    existing = next((p for p in (folder, *folder.parents) if p.exists()), folder.anchor)
-    return isinstance(error, (OSError, RuntimeError)) and shutil.disk_usage(existing).free < 2**20
-
-
-def _size(count: int) -> str:
-    return f"{count / 2**30:.2f} GiB" if count >= 2**30 else f"{count / 2**20:.1f} MiB"
-
-
-def previous_complete_checkpoint(folder: Path) -> Path | None:
-    """The checkpoint-N beside checkpoint folder `folder` with the largest N below its own that has the completion
-    mark (None if there is none)."""
-    step = int(match.group(1)) if (match := _CHECKPOINT_NAME.match(folder.name)) else None
-    earlier = {
-        int(m.group(1)): path for path in (folder.parent.iterdir() if folder.parent.is_dir() else ())
-        if (m := _CHECKPOINT_NAME.match(path.name)) and (step is None or int(m.group(1)) < step)
-        and (path / CHECKPOINT_COMPLETE).is_file()
-    }
-    return earlier[max(earlier)] if earlier else None
-
-
-def disk_full_failure(folder: Path, written: int) -> TrainingFailure:
-    """The error that ends a run whose checkpoint `folder` did not fit on its disk: the free space there and the space
-    a checkpoint needs (the previous complete checkpoint's size; without one, the bytes written before the disk
-    filled, a lower bound)."""
-    previous = previous_complete_checkpoint(folder)
-    needed = folder_bytes(previous) if previous is not None else written
-    basis = f"the size of {previous.name}" if previous is not None else "at least the bytes written before it filled"
-    left = ("has no completion mark and is never resumed from" if folder.exists() else
-            "was removed")
-    kept = (f"the previous checkpoint '{previous}' is complete and untouched: rerun the same command with "
-            "'resume_from_checkpoint: auto' (or latest) once there is room" if previous is not None else
-            "there is no earlier complete checkpoint")
-    free = shutil.disk_usage(folder.parent if folder.parent.is_dir() else folder.anchor).free
-    return TrainingFailure(
-        f"the disk filled up while writing checkpoint '{folder}': {_size(free)} free on that disk, a checkpoint "
-        f"needs about {_size(needed)} ({basis}). The half-written folder {left}; {kept}. Free some space, lower "
-        "save_total_limit, or choose an output_dir on a larger disk."
-    )
-
+# ------------------------------------------------------------------ checkpoint writes (see _save_checkpoint)
+# the checkpoint format (the completion mark, its checks, rotation, a full disk): hf_sentcl.trainers.checkpoint_files
 
 _WRITE_OK, _WRITE_FAILED, _DISK_FULL = 0, 1, 2
 
@@ -613,10 +509,17 @@ class ContrastiveTrainer(Trainer):
         not the best: Trainer would delete it here, and a run stopped before its final evaluation and export would
         then resume from the best checkpoint and train the steps after it again. `prune_after_run` deletes it once
         the run is complete."""
-        limit = self.args.save_total_limit
-        self.args.save_total_limit = None if limit == 1 else limit
-        try:
+        with self._save_total_limit(None if self.args.save_total_limit == 1 else self.args.save_total_limit):
             return super()._finalize_training(*args, **kwargs)
+
+    @contextmanager
+    def _save_total_limit(self, value: int | None) -> Iterator[int | None]:
+        """`args.save_total_limit` set to `value` inside the block (the Trainer's own rotation reads it), the real
+        one (which the block yields) back afterwards."""
+        limit = self.args.save_total_limit
+        self.args.save_total_limit = value
+        try:
+            yield limit
         finally:
             self.args.save_total_limit = limit
 
@@ -628,7 +531,7 @@ class ContrastiveTrainer(Trainer):
             return
         for checkpoint in Path(self._get_output_dir(trial=None)).glob(f"{PREFIX_CHECKPOINT_DIR}-*"):
             if checkpoint.is_dir() and not checkpoint.samefile(best):
-                shutil.rmtree(checkpoint, ignore_errors=True)
+                delete_checkpoint(checkpoint)
 
     # ------------------------------------------------------------------ checkpoints
     def _load_best_model(self) -> None:
@@ -639,56 +542,77 @@ class ContrastiveTrainer(Trainer):
 
     def _save_checkpoint(self, model, trial) -> None:
         """Trainer's checkpoint, then the completion mark (`hf_sentcl.modeling.health.CHECKPOINT_COMPLETE`) once every
-        process has written its files: a checkpoint cut off while being written has no mark and is never resumed
-        from. A mark left from an earlier write of the same folder is removed first. The mark lists every file with
-        its size and the crc32 of the *.safetensors (`checkpoint_manifest`), so a resume tells a damaged checkpoint.
+        process has written its files, then the rotation of older checkpoints (`save_total_limit`). A checkpoint cut
+        off while being written has no mark and is never resumed from; a mark left from an earlier write of the same
+        folder is removed first. The mark lists every file with its size and crc32
+        (`hf_sentcl.trainers.checkpoint_files`), so a resume tells a damaged checkpoint.
+
+        Rotation: the Trainer's own runs inside its `_save_checkpoint`, before the mark, and would leave a process
+        killed between the two (with `save_total_limit: 1`) without any usable checkpoint. It is switched off for
+        that call and done here once the mark is written (`rotate_old_checkpoints`, the process that saves), never
+        deleting the new checkpoint or the best one.
 
         Every process learns whether any failed to write (`settle_checkpoint_write`: after the weights, which the
         Trainer follows with a barrier once it tracks a best checkpoint, after the rest, and after the mark), so a
         failure ends the run on every process instead of leaving the others in a barrier. A full disk ends it with
         TrainingFailure naming the folder, the free and the needed space; the half-written folder is removed and
-        the previous checkpoint is untouched (the Trainer rotates old checkpoints only after a successful save)."""
+        the previous checkpoint is untouched (no rotation before a mark)."""
         self.nonfinite_loss.check()  # never save weights updated from a NaN/inf loss
-        folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        run_dir = Path(self._get_output_dir(trial=trial))
+        folder = run_dir / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         if self.args.should_save:
             (folder / CHECKPOINT_COMPLETE).unlink(missing_ok=True)
+        # no rotation by Trainer._save_checkpoint (it would precede the mark): done below
+        with self._settled_checkpoint_write(folder), self._save_total_limit(None) as limit:
+            super()._save_checkpoint(model, trial)
+        self.accelerator.wait_for_everyone()
+        error = None
+        if self.args.should_save:
+            try:
+                write_completion_mark(folder, self.state.global_step)
+            except OSError as err:  # e.g. the disk filled up: the files are whole, the older checkpoints untouched
+                error = err
+        settle_checkpoint_write(folder, error, remove=False)
+        if self.args.should_save:
+            rotate_old_checkpoints(run_dir, limit, keep=(folder, self.state.best_model_checkpoint))
+
+    @contextmanager
+    def _settled_checkpoint_write(self, folder: Path) -> Iterator[None]:
+        """Around the Trainer's writing of checkpoint `folder`: `settle_checkpoint_write` once the block ends (with
+        its error, if any), and, inside it, `save_model` replaced by one that settles right after the weights (the
+        Trainer follows them with a barrier that a process whose write failed would never reach). Every process
+        raises if any failed. The saved arguments (training_args.bin, written with the weights) keep the
+        `save_total_limit` the block starts with."""
         save_model, own_attribute, settled = self.save_model, vars(self).get("save_model"), False
+        remove, limit = self.args.should_save, self.args.save_total_limit
 
         def save_model_then_settle(*args, **kwargs) -> None:
             nonlocal settled
             try:
-                save_model(*args, **kwargs)
+                with self._save_total_limit(limit):
+                    save_model(*args, **kwargs)
             except Exception as err:  # every process must hear of it before the Trainer's barrier
                 settled = True
-                settle_checkpoint_write(folder, err, remove=self.args.should_save)
+                settle_checkpoint_write(folder, err, remove=remove)
                 raise  # not reached: settle raises on every process
             settled = True
-            settle_checkpoint_write(folder, None, remove=self.args.should_save)
+            settle_checkpoint_write(folder, None, remove=remove)
             settled = False
 
         self.save_model = save_model_then_settle  # for this call only: Trainer._save_checkpoint calls it once
         try:
-            super()._save_checkpoint(model, trial)
+            yield
         except Exception as err:
-            if settled:  # every process raised in save_model_then_settle already
-                raise
-            settle_checkpoint_write(folder, err, remove=self.args.should_save)
+            if not settled:  # else every process raised in save_model_then_settle already
+                settle_checkpoint_write(folder, err, remove=remove)
             raise
         else:
-            settle_checkpoint_write(folder, None, remove=self.args.should_save)
+            settle_checkpoint_write(folder, None, remove=remove)
         finally:
             if own_attribute is None:
                 del self.save_model
             else:
                 self.save_model = own_attribute
-        self.accelerator.wait_for_everyone()
-        error = None
-        if self.args.should_save and folder.is_dir():  # rotation may have removed it (save_total_limit)
-            try:
-                write_completion_mark(folder, self.state.global_step)
-            except OSError as err:  # e.g. the disk filled up: the files are whole, rotation may have run
-                error = err
-        settle_checkpoint_write(folder, error, remove=False)
 
     # ------------------------------------------------------------------ logging of loss components
     def record_metrics(self, components: dict[str, torch.Tensor]) -> None:

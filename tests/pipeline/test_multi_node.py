@@ -1,5 +1,5 @@
 """Two nodes, launched as users launch a multi-node job (one `accelerate launch --num_machines 2 --machine_rank R` per
-node, 1 process each), here both on this machine: with one shared output_dir, and with disks local to each node
+node, 1 or 2 processes each), here both on this machine: with one shared output_dir, and with disks local to each node
 (each launcher in a mount namespace of its own where a private folder is bind-mounted over the same output path).
 
 Preempted (SIGTERM to both launchers mid-training) and requeued with `auto`, both nodes must resume from the same
@@ -53,10 +53,13 @@ def write_recipe(tmp_path: Path, tiny_bert_dir: Path, senteval_dir: Path, **chan
     return path
 
 
-def node_command(rank: int, port: int, recipe: Path, output: Path, private: Path | None) -> list[str]:
-    """Node `rank`'s launch line; with `private`, inside a mount namespace where it is mounted over `output`."""
+def node_command(rank: int, port: int, recipe: Path, output: Path, private: Path | None, per_node: int = 1
+                 ) -> list[str]:
+    """Node `rank`'s launch line (`per_node` processes on each of the 2 nodes); with `private`, inside a mount
+    namespace where it is mounted over `output`."""
     launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CONFIGS / "multi_cpu.yaml"),
-              "--num_machines", "2", "--machine_rank", str(rank), "--num_processes", "2", "--main_process_ip",
+              "--num_machines", "2", "--machine_rank", str(rank), "--num_processes", str(2 * per_node),
+              "--main_process_ip",
               "127.0.0.1", "--main_process_port", str(port), str(PROBE), str(recipe), "--output_dir", str(output)]
     if private is None:
         return launch
@@ -64,23 +67,32 @@ def node_command(rank: int, port: int, recipe: Path, output: Path, private: Path
             "sh", str(private), str(output), *launch]
 
 
-def launch_nodes(recipe: Path, output: Path, probes: Path, privates: list[Path | None], stop_at: str | None = None
-                 ) -> list[tuple[int, str]]:
+def launch_nodes(recipe: Path, output: Path, probes: Path, privates: list[Path | None], stop_at: str | None = None,
+                 per_node: int = 1) -> list[tuple[int, str]]:
     """Both nodes' launches; with `stop_at` (a probe note), SIGTERM to both launchers once it exists."""
     for note in probes.glob("*"):
         note.unlink()
     port = free_port()
     env = launch_env(HF_SENTCL_PROBE_DIR=str(probes))
-    nodes = [subprocess.Popen(node_command(rank, port, recipe, output, privates[rank]), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO, start_new_session=True)
+    nodes = [subprocess.Popen(node_command(rank, port, recipe, output, privates[rank], per_node),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO,
+                              start_new_session=True)
              for rank in (0, 1)]
-    if stop_at:
-        deadline = time.monotonic() + 240
-        while not (probes / stop_at).exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        for node in nodes:
-            node.send_signal(signal.SIGTERM)
-    return [(node.communicate(timeout=300)[0], node.returncode)[::-1] for node in nodes]
+    if not stop_at:
+        return [(node.communicate(timeout=300)[0], node.returncode)[::-1] for node in nodes]
+    deadline = time.monotonic() + 240
+    while not (probes / stop_at).exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    signalled = time.monotonic()
+    for node in nodes:
+        node.send_signal(signal.SIGTERM)
+    exits_at = {}
+    while len(exits_at) < len(nodes) and time.monotonic() - signalled < 300:
+        exits_at.update({rank: time.monotonic() - signalled for rank, node in enumerate(nodes)
+                         if rank not in exits_at and node.poll() is not None})
+        time.sleep(0.02)
+    print("\nSIGTERM to both launchers; exits at " + ", ".join(f"node {r}: +{t:.2f} s" for r, t in exits_at.items()))
+    return [(node.communicate(timeout=60)[0], node.returncode)[::-1] for node in nodes]
 
 
 @pytest.fixture(scope="module")
@@ -95,9 +107,10 @@ def one_process(tmp_path_factory, tiny_bert_dir, senteval_dir):
     return export_weights(output)
 
 
-@pytest.mark.parametrize("disks", ["shared", "node-local"])
-def test_two_nodes_preempted_and_requeued_train_as_one_process(disks, tmp_path, tiny_bert_dir, senteval_dir,
-                                                               one_process):
+@pytest.mark.parametrize("disks, per_node", [("shared", 1), ("node-local", 1), ("node-local", 2)],
+                         ids=["shared-2x1", "node-local-2x1", "node-local-2x2"])
+def test_two_nodes_preempted_and_requeued_train_as_one_process(disks, per_node, tmp_path, tiny_bert_dir,
+                                                               senteval_dir, one_process):
     if disks == "node-local" and not can_unshare():
         pytest.skip("no mount namespaces here (unshare -m)")
     output, probes = tmp_path / "out", tmp_path / "probes"
@@ -110,25 +123,27 @@ def test_two_nodes_preempted_and_requeued_train_as_one_process(disks, tmp_path, 
     recipe = write_recipe(tmp_path, tiny_bert_dir, senteval_dir, **local)
     disk = [p or output for p in privates]
 
-    stopped = launch_nodes(recipe, output, probes, privates, stop_at="step-5.0")
+    stopped = launch_nodes(recipe, output, probes, privates, stop_at="step-5.0", per_node=per_node)
     assert all(status != 0 for status, _ in stopped), stopped
-    steps = [int(json.loads((d / PREEMPTED_JSON).read_text())["step"]) for d in disk]
+    notes = [json.loads((d / PREEMPTED_JSON).read_text()) for d in disk]
+    print("checkpointed at step " + ", ".join(f"{n['step']} ({n['seconds_from_signal_to_note']} s)" for n in notes))
+    steps = [int(note["step"]) for note in notes]
     assert len(set(steps)) == 1 and 5 <= steps[0] < 12, (steps, stopped[0][1][-3000:])
 
-    finished = launch_nodes(recipe, output, probes, privates)
+    finished = launch_nodes(recipe, output, probes, privates, per_node=per_node)
     assert [status for status, _ in finished] == [0, 0], finished[0][1][-3000:] + finished[1][1][-3000:]
     assert f"started_at_step\": {steps[0]}" in (disk[0] / "results.json").read_text()
     trained = export_weights(disk[0])
     initial = load_file(tiny_bert_dir / "model.safetensors")
     encoder = [k for k in trained if k in initial and not k.startswith("pooler.")]
     single, moved = max_difference(trained, one_process), max_difference(trained, initial, encoder)
-    print(f"\n{disks}: 1-process max |dW| {single:.3g}; moved {moved:.3g}")
+    print(f"\n{disks} 2x{per_node}: 1-process max |dW| {single:.3g}; moved {moved:.3g}")
     assert single <= 1e-5 and moved >= 1e-3
     if disks == "node-local":
         assert not (disk[1] / "export").exists()  # exported once, by node 0
     assert all((d / RUN_COMPLETE_JSON).is_file() for d in disk)
 
-    again = launch_nodes(recipe, output, probes, privates)
+    again = launch_nodes(recipe, output, probes, privates, per_node=per_node)
     assert [status for status, _ in again] == [exits.OK, exits.OK] and "nothing to do" in again[0][1], again
 
 
