@@ -298,6 +298,14 @@ class SentCLTrainingArguments(TrainingArguments):
         },
     )
     push_to_hub: bool = field(default=False, metadata={"help": "Upload the exported encoder at the end."})
+    export: bool = field(
+        default=True,
+        metadata={
+            "help": "Export the trained encoder to output_dir/export (with its card, and the MTEB-protocol STS "
+            "scores its card and MTEB files carry) at the end. false while iterating: the run ends after its "
+            "results; `hf-sentcl export OUTPUT_DIR` exports it later. push_to_hub needs it."
+        },
+    )
     # Off: every trained weight gets a gradient each step (the trainer freezes the backbone's unused pooler), and
     # methods apply heads and regularizers outside the encoder's forward, which the search would reject
     # ('marked ready twice').
@@ -432,6 +440,9 @@ class SentCLTrainingArguments(TrainingArguments):
         check_guide_settings(self)
         if self.preemption_signals is not None:
             signal_numbers(self.preemption_signals)  # ValueError naming a name that is not a catchable signal
+        if self.push_to_hub and not self.export:
+            raise ValueError("push_to_hub: true uploads the export, but export is false; set export: true (or drop "
+                             "push_to_hub and push later with `hf-sentcl push`).")
         if self.global_train_batch_size is not None:
             self.per_device_train_batch_size = per_device_batch_size(self.global_train_batch_size, self.world_size)
 

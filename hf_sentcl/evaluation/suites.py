@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from hf_sentcl.common.progress import phase
 from hf_sentcl.evaluation.glue import GlueEvaluator, GlueSettings, glue_markdown_table
 from hf_sentcl.evaluation.plots import stsb_predictions
 from hf_sentcl.evaluation.report import sts_markdown_table, transfer_markdown_table
@@ -105,7 +106,8 @@ class EvaluationSuites:
     def __call__(self, encoder, batch_size: int = 128, bf16: bool = False) -> SuiteResults:
         results = SuiteResults()
         if self.sts is not None:
-            embeddings = self.sts.embed(encoder, batch_size=batch_size, bf16=bf16)
+            with phase("STS", f"encoding {len(self.sts.sentences()):,} sentences of {len(self.sts.data)} task(s)"):
+                embeddings = self.sts.embed(encoder, batch_size=batch_size, bf16=bf16)
             results.sts = self.sts.score(embeddings)
             results.sts_by_dim = prefix_sts_scores(self.sts, embeddings, encoder)
             if self.whitening:  # every whitening reuses the one encode pass
@@ -116,10 +118,12 @@ class EvaluationSuites:
             if "STSBenchmark" in self.sts.data:
                 results.stsb_predictions = stsb_predictions(self.sts, embeddings)
         if self.transfer is not None:
-            results.transfer_details = self.transfer(encoder, batch_size=batch_size, bf16=bf16)
+            with phase("Transfer", f"{len(self.transfer.tasks)} task(s), a probe each"):
+                results.transfer_details = self.transfer(encoder, batch_size=batch_size, bf16=bf16)
             results.transfer = transfer_summary(results.transfer_details)
         if self.glue is not None:  # fine-tuned where the encoder is (`evaluate --device cpu` on a GPU machine)
-            results.glue = self.glue(encoder, device=encoder.device.type)
+            with phase("GLUE", f"fine-tuning on {len(self.glue.data)} task(s)"):
+                results.glue = self.glue(encoder, device=encoder.device.type)
         return results
 
 

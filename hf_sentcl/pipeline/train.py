@@ -18,12 +18,14 @@ from transformers.integrations import is_deepspeed_zero3_enabled, unset_hf_deeps
 from hf_sentcl.common.distributed import others_wait_for_main_process, world_size
 from hf_sentcl.common.layout import (
     ADAPTER_DIRNAME,
+    EXPORT_DIRNAME,
     PREEMPTED_JSON,
     RUN_COMPLETE_JSON,
     results_json,
 )
 from hf_sentcl.common.logs import quiet_library_bars, watched
 from hf_sentcl.common.preemption import Preempted, current_watch, set_phase
+from hf_sentcl.common.progress import phase
 from hf_sentcl.configs.arguments import eval_mixed_precision
 from hf_sentcl.evaluation.mteb import mteb_data_problem, mteb_sts_scores
 from hf_sentcl.evaluation.plots import write_run_plots
@@ -155,7 +157,7 @@ def finish_stage(stage: Stage, train_output, parameters: dict[str, Any], scores:
             scores.update(evaluate_after(stage, encoder))
             results.update(score_results(stage, encoder, scores))
             report(stage, encoder, scores, results)
-            results["export"] = publish_run(encoder, results, stage.args)
+            results["export"] = export_and_push(stage, encoder, results)
             write_json(results_json(stage.args.output_dir), results)  # with where it went and the push, or why not
             record = mark_run_complete(stage.args.output_dir, results)
             stage.trainer.prune_after_run()
@@ -283,7 +285,7 @@ def evaluate_untouched(stage: Stage) -> SuiteResults | None:
     """Process 0's evaluation of the encoder before training, or None when a preemption signal stopped it."""
     set_phase("evaluating")
     try:
-        with on_device(stage.encoder, stage.args.device):
+        with on_device(stage.encoder, stage.args.device), phase("Evaluation before training"):
             return evaluate_suites(stage.encoder, stage.suites, stage.recipe)
     except Preempted:
         return None
@@ -410,7 +412,21 @@ def load_saved_encoder(output_dir: str | Path) -> SentenceEncoder:
 
 
 def evaluate_after(stage: Stage, encoder: SentenceEncoder) -> dict[str, SuiteResults]:
-    return {"after": evaluate_suites(encoder, stage.suites, stage.recipe)} if stage.suites.suites else {}
+    if not stage.suites.suites:
+        return {}
+    with phase("Final evaluation"):
+        return {"after": evaluate_suites(encoder, stage.suites, stage.recipe)}
+
+
+def export_and_push(stage: Stage, encoder: SentenceEncoder, results: dict[str, Any]) -> dict[str, Any]:
+    """The export (and push) of the trained encoder, or a note that the recipe skipped it (`export: false`)."""
+    if not stage.args.export:
+        out = Path(stage.args.output_dir)
+        logger.info("Export skipped (export: false); `hf-sentcl export %s %s` exports this run later.", out,
+                    out / EXPORT_DIRNAME)
+        return {"skipped": "export: false"}
+    with phase("Export", "the encoder as a Hugging Face and sentence-transformers model with its card"):
+        return publish_run(encoder, results, stage.args)
 
 
 def score_results(stage: Stage, encoder: SentenceEncoder, scores: dict[str, SuiteResults]) -> dict[str, Any]:
@@ -420,15 +436,18 @@ def score_results(stage: Stage, encoder: SentenceEncoder, scores: dict[str, Suit
     if "after" not in results["sts"]:
         return results
     problem = mteb_data_problem(stage.data_dir)
+    if not recipe.training.export:  # the scores exist for the export's card and MTEB files
+        return results
     if problem:
         logger.info("MTEB-protocol scores left out (the card's model-index and the MTEB result files name MTEB's "
                     "datasets, so they are computed on SentEval's own STS data only): %s.", problem)
     else:  # MTEB's protocol (SICK-R on all pairs)
-        results.update(mteb_sts_scores(
-            encoder, stage.data_dir, recipe.training.per_device_eval_batch_size,
-            eval_mixed_precision(recipe.data, recipe.training),
-            reuse=results["sts"]["after"] if recipe.data.sts_mode == "all" else None,
-        ).to_results())
+        with phase("MTEB-protocol STS scores", "for the card's model-index and the MTEB result files"):
+            results.update(mteb_sts_scores(
+                encoder, stage.data_dir, recipe.training.per_device_eval_batch_size,
+                eval_mixed_precision(recipe.data, recipe.training),
+                reuse=results["sts"]["after"] if recipe.data.sts_mode == "all" else None,
+            ).to_results())
     return results
 
 
@@ -451,7 +470,9 @@ def report(stage: Stage, encoder: SentenceEncoder, scores: dict[str, SuiteResult
 
 def _check_trained(encoder: SentenceEncoder, dev_evaluator: STSEvaluator, args) -> None:
     """TrainingFailure if the trained encoder's weights or STS-B dev embeddings are non-finite or collapsed."""
-    embeddings = dev_evaluator.embed(encoder, batch_size=args.per_device_eval_batch_size, bf16=args.bf16 or args.fp16)
+    with phase("Health check of the trained encoder", "finite weights, STS-B dev embeddings not collapsed"):
+        embeddings = dev_evaluator.embed(encoder, batch_size=args.per_device_eval_batch_size,
+                                         bf16=args.bf16 or args.fp16)
     check_final_model(encoder, embeddings)
 
 
