@@ -24,6 +24,7 @@ from hf_sentcl.common.logs import setup_logging, watched
 from hf_sentcl.data.mining import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_MAX_POOL,
+    OUTPUT_FORMATS,
     SAMPLING,
     MiningResult,
     MiningSettings,
@@ -34,7 +35,7 @@ from hf_sentcl.data.mining import (
     parse_rank_window,
     read_corpus,
     read_pairs,
-    write_triplets,
+    write_rows,
 )
 from hf_sentcl.data.provenance import write_provenance
 from hf_sentcl.modeling import POOLING_MODES
@@ -77,6 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("--sampling", choices=SAMPLING, default="top",
         help="top: the best-ranked survivor; random: one survivor drawn with --seed.")
     add("--seed", type=int, default=42, help="Seed of --sampling random (default %(default)s).")
+    add("--num-negatives", type=int, default=1,
+        help="Negatives per pair (default %(default)s), each chosen as --sampling says.")
+    add("--output-format", choices=OUTPUT_FORMATS, default="triplet",
+        help="triplet: a sent0,sent1,hard_neg row per negative (what simcse_sup trains on); n-tuple: one row per "
+        "pair, sent0,sent1,hard_neg_1..N, only for pairs with all N (sentence-transformers' formats).")
     add("--max-pool", type=int, default=DEFAULT_MAX_POOL,
         help="Largest candidate pool the exact search accepts (default %(default)s).")
     add("--block-size", type=int, default=DEFAULT_BLOCK_SIZE,
@@ -115,6 +121,7 @@ def prepare(args: argparse.Namespace) -> tuple[MiningSettings, Pairs, list[str],
     settings = MiningSettings(
         rank_start=start, rank_end=end, absolute_margin=args.absolute_margin, relative_margin=args.relative_margin,
         sampling=args.sampling, seed=args.seed, max_pool=args.max_pool, block_size=args.block_size,
+        num_negatives=args.num_negatives, output_format=args.output_format,
     )
     columns = split_commas(args.columns)
     if len(columns) != 2 or columns[0] == columns[1]:
@@ -140,7 +147,7 @@ def summary(pairs: Pairs, result: MiningResult, output: str, seconds: float) -> 
         f"Pairs in: {result.pairs_in:,} from {pairs.source} ({pairs.skipped:,} rows left out)",
         f"Candidate pool: {result.pool_size:,} sentences",
         f"Candidates in the rank window skipped: {skipped}",
-        f"Triplets out: {len(result.triplets):,} -> {output}",
+        f"Rows out: {len(result.rows):,} -> {output}",
         f"Dropped anchors (no candidate left): {result.dropped:,}",
         f"Time: {seconds:.1f} s (encoding and search)",
     ])
@@ -160,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     result = mine_hard_negatives(encoder, pairs, pool, settings, args.batch_size, args.bf16, show_progress=watched())
     seconds = time.perf_counter() - started
-    write_triplets(Path(args.output).expanduser(), result.triplets)
+    write_rows(Path(args.output).expanduser(), settings.columns(), result.rows)
     sidecar = write_provenance(
         args.output, declared, tool="hf-sentcl mine", pairs=pairs.source, corpus=args.corpus, model=args.model
     )

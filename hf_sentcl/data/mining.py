@@ -47,6 +47,8 @@ from hf_sentcl.evaluation.sts import load_sts_task, read_stsbenchmark
 
 MINED_COLUMNS = ("sent0", "sent1", "hard_neg")
 SAMPLING = ("top", "random")
+#: sentence-transformers' output formats: a row per negative, or one row with all of an anchor's negatives
+OUTPUT_FORMATS = ("triplet", "n-tuple")
 DEFAULT_MAX_POOL = 1_000_000
 DEFAULT_BLOCK_SIZE = 16_384
 QUERY_BLOCK = 1_024
@@ -65,6 +67,8 @@ class MiningSettings:
     seed: int = 42
     max_pool: int = DEFAULT_MAX_POOL
     block_size: int = DEFAULT_BLOCK_SIZE
+    num_negatives: int = 1
+    output_format: str = "triplet"
 
     def __post_init__(self) -> None:
         if not 0 <= self.rank_start < self.rank_end:
@@ -78,6 +82,18 @@ class MiningSettings:
             raise ValueError(f"--sampling '{self.sampling}': use one of {', '.join(SAMPLING)}.")
         if self.max_pool < 1 or self.block_size < 1:
             raise ValueError(f"--max-pool {self.max_pool} / --block-size {self.block_size}: both must be >= 1.")
+        if not 1 <= self.num_negatives <= self.rank_end - self.rank_start:
+            raise ValueError(f"--num-negatives {self.num_negatives}: need 1 to {self.rank_end - self.rank_start} (the "
+                             "candidates --rank-window keeps per anchor).")
+        if self.output_format not in OUTPUT_FORMATS:
+            raise ValueError(f"--output-format '{self.output_format}': use one of {', '.join(OUTPUT_FORMATS)}.")
+
+    def columns(self) -> tuple[str, ...]:
+        """The header of the mined file: `sent0,sent1,hard_neg` (what `simcse_sup` reads), or for n-tuples
+        `sent0,sent1,hard_neg_1,...,hard_neg_N`."""
+        if self.output_format == "triplet":
+            return MINED_COLUMNS
+        return (*MINED_COLUMNS[:2], *(f"hard_neg_{i}" for i in range(1, self.num_negatives + 1)))
 
 
 def parse_rank_window(text: str) -> tuple[int, int]:
@@ -220,9 +236,10 @@ def block_topk(
 
 @dataclass
 class MiningResult:
-    """The triplets, and what happened to the pairs that gave none."""
+    """The mined rows (anchor, positive, negative...: `MiningSettings.columns`), and what happened to the pairs that
+    gave none."""
 
-    triplets: list[tuple[str, str, str]]
+    rows: list[tuple[str, ...]]
     pairs_in: int
     dropped: int
     pool_size: int
@@ -241,8 +258,8 @@ def text_keys(pool: Sequence[str], texts: Sequence[str]) -> tuple[torch.Tensor, 
 def select_negatives(
     scores: torch.Tensor, excluded: torch.Tensor, positive_scores: torch.Tensor, settings: MiningSettings
 ) -> tuple[torch.Tensor, dict[str, int]]:
-    """The column of the chosen candidate in each row of `scores` (ranked best first), -1 where none survives, and
-    the number of in-window candidates each margin removed. See the module docstring for the rules."""
+    """The columns of the `num_negatives` chosen candidates in each row of `scores` (ranked best first), -1 where
+    fewer survive, and the number of in-window candidates each margin removed. See the module docstring."""
     kept = ~excluded
     rank = kept.cumsum(dim=1) - 1
     keep = kept & (rank >= settings.rank_start) & (rank < settings.rank_end)
@@ -254,13 +271,13 @@ def select_negatives(
     if settings.relative_margin is not None:  # sentence-transformers: scores > positive - |positive| * margin
         too_close = keep & (scores > positive - positive.abs() * settings.relative_margin)
         skipped["relative_margin"], keep = int(too_close.sum()), keep & ~too_close
-    if settings.sampling == "top":
-        weight = keep.float()  # argmax: the first (best-ranked) survivor
+    if settings.sampling == "top":  # the best-ranked survivors
+        weight = torch.where(keep, -rank.float(), -math.inf)
     else:
         generator = torch.Generator().manual_seed(settings.seed)
-        weight = torch.where(keep, torch.rand(keep.shape, generator=generator), -1.0)
-    choice = weight.argmax(dim=1)
-    choice[~keep.any(dim=1)] = -1
+        weight = torch.where(keep, torch.rand(keep.shape, generator=generator), -math.inf)
+    values, choice = weight.topk(min(settings.num_negatives, weight.shape[1]), dim=1)
+    choice[values == -math.inf] = -1
     return choice, skipped
 
 
@@ -303,11 +320,15 @@ def mine_from_embeddings(
     # sentence-transformers: "use the _minimum_ positive score (i.e., harder positive) for the margin"
     group_scores = torch.full((len(groups),), math.inf).scatter_reduce(0, group_of, positive_scores, "amin")
     choice, skipped = select_negatives(scores, excluded, group_scores[group_of], settings)
-    triplets = [
-        (pairs.anchors[i], pairs.positives[i], pool_texts[int(indices[i, c])])
-        for i, c in enumerate(choice.tolist()) if c >= 0
-    ]
-    return MiningResult(triplets, len(pairs), len(pairs) - len(triplets), len(pool_texts), skipped)
+    negatives = [[pool_texts[int(indices[i, c])] for c in row if c >= 0] for i, row in enumerate(choice.tolist())]
+    if settings.output_format == "triplet":  # a row per negative
+        rows = [(pairs.anchors[i], pairs.positives[i], n) for i, found in enumerate(negatives) for n in found]
+        dropped = sum(not found for found in negatives)
+    else:  # one row per pair, only with all its negatives (as sentence-transformers does)
+        rows = [(pairs.anchors[i], pairs.positives[i], *found) for i, found in enumerate(negatives)
+                if len(found) == settings.num_negatives]
+        dropped = len(pairs) - len(rows)
+    return MiningResult(rows, len(pairs), dropped, len(pool_texts), skipped)
 
 
 def mine_hard_negatives(
@@ -331,9 +352,10 @@ def mine_hard_negatives(
     )
 
 
-def write_triplets(path: Path, triplets: Sequence[tuple[str, str, str]]) -> None:
-    """A CSV with the header `sent0,sent1,hard_neg`, the columns `simcse_sup` reads from its `train_file`."""
+def write_rows(path: Path, columns: Sequence[str], rows: Sequence[tuple[str, ...]]) -> None:
+    """The mined rows as a CSV with the header `columns` (`MiningSettings.columns`) and `\n` line ends: the csv
+    module's default `\r\n` would make every run on the file report its line ends as repaired."""
     with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(MINED_COLUMNS)
-        writer.writerows(triplets)
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows(rows)

@@ -41,7 +41,7 @@ def mine(pool: dict[str, float], positive_angle: float = 10, **settings) -> tupl
         unit(0)[None], unit(positive_angle)[None], torch.stack([unit(pool[t]) for t in texts]), pairs, texts,
         MiningSettings(**settings),
     )
-    return [neg for _, _, neg in result.triplets], result.dropped, result.skipped
+    return [neg for _, _, neg in result.rows], result.dropped, result.skipped
 
 
 @pytest.mark.parametrize(
@@ -100,7 +100,7 @@ def test_seeded_sampling_is_deterministic_and_stays_among_survivors():
     def run(seed):
         settings = MiningSettings(rank_end=4, absolute_margin=0.05, sampling="random", seed=seed)
         result = mine_from_embeddings(unit(0).expand(n, 2), unit(10).expand(n, 2), pool, pairs, texts, settings)
-        return [neg for _, _, neg in result.triplets]
+        return [neg for _, _, neg in result.rows]
 
     first = run(seed=0)
     assert first == run(seed=0)
@@ -251,8 +251,8 @@ def mine_groups(**settings) -> list[str]:
         unit(0).expand(4, 2), torch.stack([unit(GROUP_ANGLES[p]) for p in GROUP_PAIRS.positives]),
         torch.stack([unit(GROUP_ANGLES[t]) for t in texts]), GROUP_PAIRS, texts, MiningSettings(**settings),
     )
-    assert [(a, p) for a, p, _ in result.triplets] == list(zip(GROUP_PAIRS.anchors, GROUP_PAIRS.positives))
-    return [neg for _, _, neg in result.triplets]
+    assert [(a, p) for a, p, _ in result.rows] == list(zip(GROUP_PAIRS.anchors, GROUP_PAIRS.positives))
+    return [neg for _, _, neg in result.rows]
 
 
 @pytest.mark.parametrize(
@@ -275,3 +275,62 @@ def test_repeated_anchor_excludes_all_its_positives_and_takes_the_smallest_posit
     """As sentence-transformers' `mine_hard_negatives`: an anchor repeated over several pairs is mined against the
     candidates minus EVERY positive it has, and a margin compares with its hardest (lowest-scoring) positive."""
     assert mine_groups(**settings) == expected
+
+
+#: the candidates alone (the anchor and positive texts are never candidates of their own pair anyway)
+POOL = {name: angle for name, angle in ANGLES.items() if name.startswith("c")}
+
+
+@pytest.mark.parametrize(
+    "settings, expected",
+    [
+        ({"num_negatives": 3}, ["c05", "c15", "c25"]),  # the three best-ranked, a row each
+        ({"num_negatives": 3, "rank_window": (1, 30)}, ["c15", "c25", "c40"]),
+        ({"num_negatives": 3, "relative_margin": 0.05}, ["c25", "c40", "c60"]),  # c05 and c15 score above 0.936
+        ({"num_negatives": 6}, ["c05", "c15", "c25", "c40", "c60", "c90"]),
+    ],
+)
+def test_several_negatives_per_pair_by_hand(settings, expected):
+    start, end = settings.pop("rank_window", (0, 30))
+    negatives, dropped, _ = mine(POOL, rank_start=start, rank_end=end, **settings)
+    assert negatives == expected and dropped == 0
+
+
+def test_n_tuples_keep_only_pairs_with_every_negative():
+    pairs = Pairs(["anchor", "other"], ["positive", "other positive"], "hand-made")
+    texts = list(POOL)
+    pool = torch.stack([unit(POOL[t]) for t in texts])
+    anchors, positives = torch.stack([unit(0), unit(0)]), torch.stack([unit(10), unit(10)])
+    settings = MiningSettings(num_negatives=2, output_format="n-tuple", rank_end=2)
+    result = mine_from_embeddings(anchors, positives, pool, pairs, texts, settings)
+    assert result.rows == [("anchor", "positive", "c05", "c15"), ("other", "other positive", "c05", "c15")]
+    narrow = MiningSettings(num_negatives=2, output_format="n-tuple", rank_end=2, absolute_margin=0.02)
+    # c05 and c15 fall to the margin, the window holds nothing else
+    assert mine_from_embeddings(anchors, positives, pool, pairs, texts, narrow).dropped == 2
+    assert settings.columns() == ("sent0", "sent1", "hard_neg_1", "hard_neg_2")
+
+
+@pytest.mark.parametrize("options, bad", [(["--num-negatives", "0"], "--num-negatives 0"),
+                                          (["--num-negatives", "40"], "--num-negatives 40")])
+def test_a_count_of_negatives_the_window_cannot_hold_is_refused(options, bad, tmp_path, tiny_bert_dir, capsys):
+    argv = ["--model", str(tiny_bert_dir), "--pairs", str(tmp_path / "none.csv"), "--output", str(tmp_path / "o.csv")]
+    assert mine_main(argv + options) == 2 and bad in capsys.readouterr().err
+
+
+def test_cli_writes_several_negatives_with_unix_line_ends(tmp_path, tiny_bert_dir, senteval_dir):
+    output = tmp_path / "mined.csv"
+    argv = ["--model", str(tiny_bert_dir), "--pooling", "mean", "--pairs", "stsb", "--data-dir", str(senteval_dir),
+            "--min-score", "0", "--num-negatives", "3", "--output", str(output)]
+    assert mine_main(argv) == 0
+    data = output.read_bytes()
+    assert b"\r" not in data and data.startswith(b"sent0,sent1,hard_neg\n")
+    with output.open(newline="") as handle:
+        rows = list(csv.reader(handle))[1:]
+    per_pair = {}
+    for anchor, positive, negative in rows:
+        per_pair.setdefault((anchor, positive), []).append(negative)
+    assert per_pair and all(len(negs) == 3 and len(set(negs)) == 3 for negs in per_pair.values())
+    tuples = tmp_path / "tuples.csv"
+    assert mine_main([*argv[:-1], str(tuples), "--output-format", "n-tuple"]) == 0
+    header = tuples.read_text().splitlines()[0]
+    assert header == "sent0,sent1,hard_neg_1,hard_neg_2,hard_neg_3"

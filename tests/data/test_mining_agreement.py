@@ -71,7 +71,7 @@ def mine_both(models, settings: dict, with_anchors: bool) -> tuple[dict, dict]:
         range_max=WINDOW, num_negatives=1, sampling_strategy="top", output_format="triplet", verbose=False, **settings,
     )
     assert len(pool) < WINDOW
-    return ({(a, p): n for a, p, n in result.triplets},
+    return ({(a, p): n for a, p, n in result.rows},
             {(row["anchor"], row["positive"]): row["negative"] for row in mined})
 
 
@@ -93,3 +93,22 @@ def test_same_negatives_as_sentence_transformers(models, settings, with_anchors)
     assert len(ours) >= 6  # the comparison is not vacuous: at least half the pairs get a negative
     positives = {a: {p for b, p in PAIRS if b == a} for a, _ in PAIRS}
     assert all(n not in positives[a] and n != a for (a, _), n in ours.items())
+
+
+@pytest.mark.parametrize("output_format", ["triplet", "n-tuple"])
+def test_several_negatives_as_sentence_transformers(models, output_format):
+    """Three negatives per pair, as a row each or as one n-tuple row: the same rows as sentence-transformers."""
+    theirs, ours = models
+    pairs = Pairs([a for a, _ in PAIRS], [p for _, p in PAIRS], "fixed")
+    pool = list(dict.fromkeys(CORPUS + pairs.positives))
+    result = mine_hard_negatives(ours, pairs, pool, MiningSettings(rank_end=WINDOW, relative_margin=0.05,
+                                                                  num_negatives=3, output_format=output_format))
+    mined = st_mine_hard_negatives(
+        Dataset.from_dict({"anchor": pairs.anchors, "positive": pairs.positives}), theirs, corpus=pool,
+        range_max=WINDOW, num_negatives=3, sampling_strategy="top", output_format=output_format, verbose=False,
+        relative_margin=0.05,
+    )
+    expected = sorted(tuple(row.values()) for row in mined)
+    assert sorted(result.rows) == expected and len(expected) >= 6
+    if output_format == "n-tuple":
+        assert all(len(row) == 5 for row in result.rows)
