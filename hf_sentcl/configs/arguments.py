@@ -256,10 +256,6 @@ class SentCLTrainingArguments(TrainingArguments):
             "up at the unpadded route's host reads), this compiles the repeated layer only."
         },
     )
-    logging_nan_inf_filter: bool = field(
-        default=False,
-        metadata={"help": "Log a NaN/inf step's loss as the running mean (off: a NaN loss shows in the log as NaN)."},
-    )
     remove_unused_columns: bool = field(
         default=False, metadata={"help": "Keep False: the collator needs the tokenised views."}
     )
