@@ -113,7 +113,7 @@ def nudge_checkpoint(checkpoint: Path, amount: float = 1e-3) -> int:
     from safetensors.torch import save_file
 
     from hf_sentcl.modeling.health import CHECKPOINT_COMPLETE
-    from hf_sentcl.trainers.base import write_completion_mark
+    from hf_sentcl.trainers.checkpoint_files import write_completion_mark
 
     changed = 0
     weights = checkpoint / "model.safetensors"

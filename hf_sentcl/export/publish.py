@@ -146,7 +146,7 @@ def export_write_failure(err: BaseException, encoder, results: dict[str, Any], a
     """The message of an export that could not be written (a full disk, a quota, another failed write), after
     removing what it left: what failed, for a full disk the free space and the space an export needs, what was
     removed, and the `hf-sentcl export` command (then `hf-sentcl push`, for a run that pushes) that redoes it."""
-    from hf_sentcl.trainers.base import is_disk_full  # lazily: base.py is being restructured
+    from hf_sentcl.trainers.checkpoint_files import is_disk_full  # lazily: the trainers load torch
 
     output_dir = Path(args.output_dir)
     export_dir = output_dir / EXPORT_DIRNAME

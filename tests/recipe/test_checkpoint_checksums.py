@@ -22,7 +22,7 @@ from helpers import random_sentences
 from hf_sentcl.modeling.health import CHECKPOINT_COMPLETE
 from hf_sentcl.recipe.parser import RecipeError
 from hf_sentcl.recipe.run_folder import checkpoint_problems, latest_complete_checkpoint, resolve_resume
-from hf_sentcl.trainers.base import write_completion_mark
+from hf_sentcl.trainers.checkpoint_files import write_completion_mark
 
 
 def write_recipe(path: Path, **values) -> Path:

@@ -81,10 +81,10 @@ def test_a_normal_run_still_rotates(tmp_path, values, monkeypatch, best):
     import torch
 
     from hf_sentcl.cli.train import main
-    from hf_sentcl.trainers import base
+    from hf_sentcl.trainers import base, durable
 
     at_mark, after_save = {}, {}
-    write_mark, save = base.write_completion_mark, base.ContrastiveTrainer._save_checkpoint
+    write_mark, save = durable.write_completion_mark, base.ContrastiveTrainer._save_checkpoint
 
     def recording_mark(folder, step):
         at_mark[step] = sorted(p.name for p in folder.parent.glob("checkpoint-*"))
@@ -95,7 +95,7 @@ def test_a_normal_run_still_rotates(tmp_path, values, monkeypatch, best):
         best_checkpoint = Path(self.state.best_model_checkpoint or "none").name
         after_save[self.state.global_step] = (sorted(p.name for p in out.glob("checkpoint-*")), best_checkpoint)
 
-    monkeypatch.setattr(base, "write_completion_mark", recording_mark)
+    monkeypatch.setattr(durable, "write_completion_mark", recording_mark)
     monkeypatch.setattr(base.ContrastiveTrainer, "_save_checkpoint", recording_save)
     out = tmp_path / "out"
     recipe = write_recipe(tmp_path / "recipe.yaml", **values, **({} if best else NO_BEST), output_dir=out)
@@ -134,9 +134,9 @@ def test_rotation_keeps_the_new_and_the_best_checkpoint(tmp_path, steps, limit, 
 
 
 if __name__ == "__main__":
-    from hf_sentcl.trainers import base
+    from hf_sentcl.trainers import durable
 
-    real_mark = base.write_completion_mark
+    real_mark = durable.write_completion_mark
 
     def killed_while_marking(folder: Path, step: int) -> None:
         """Die as SIGKILL would, once the checkpoint's files are written and before its mark is."""
@@ -144,7 +144,7 @@ if __name__ == "__main__":
             os._exit(KILLED)
         real_mark(folder, step)
 
-    base.write_completion_mark = killed_while_marking
+    durable.write_completion_mark = killed_while_marking
     from hf_sentcl.cli.train import main
 
     sys.exit(main(sys.argv[1:]))
