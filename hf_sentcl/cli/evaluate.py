@@ -1,17 +1,20 @@
-"""`hf-sentcl evaluate`: evaluate an encoder on STS, transfer and GLUE suites from the command line."""
+"""`hf-sentcl evaluate`: evaluate an encoder on STS, transfer and GLUE suites from the command line, or with mteb's own
+evaluation of any MTEB task or benchmark (`--mteb`)."""
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from hf_sentcl.common.argv import split_commas
-from hf_sentcl.common.logs import setup_logging
-from hf_sentcl.evaluation.report import write_report
-from hf_sentcl.evaluation.sts import STS_MODES, STS_TASKS
+from hf_sentcl.common.logs import setup_logging, watched
+from hf_sentcl.evaluation.mteb import INSTALL_HINT, mteb_available
+from hf_sentcl.evaluation.report import write_json, write_report
+from hf_sentcl.evaluation.sts import STS_MODES, STS_TASK_ALIASES, STS_TASKS, canonical_sts_tasks
 from hf_sentcl.evaluation.suites import EVAL_SUITES, EvaluationSuites, check_suites, markdown_report
 from hf_sentcl.evaluation.transfer import TRANSFER_TASKS
 from hf_sentcl.evaluation.whitening import WHITENING_FITS, WhiteningSpec
@@ -33,11 +36,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--pooling-layer", type=int, default=None, help="Hidden-state index for cls/mean/max.")
     parser.add_argument(
-        "--tasks", default="sts",
-        help=f"Comma-separated suites: {', '.join(EVAL_SUITES)} (glue fine-tunes with BERT's GLUE settings on the "
-        "data directory's SST-2, MRPC and STS-B; `hf-sentcl glue` sets tasks, seeds and epochs).",
+        "--tasks", default=None,
+        help=f"Comma-separated suites: {', '.join(EVAL_SUITES)} (default: sts; glue fine-tunes with BERT's GLUE "
+        "settings on the data directory's SST-2, MRPC and STS-B; `hf-sentcl glue` sets tasks, seeds and epochs).",
     )
-    parser.add_argument("--sts-tasks", default=",".join(STS_TASKS), help="Subset of the 7 STS tasks.")
+    add_mteb_option(parser)
+    parser.add_argument(
+        "--sts-tasks", default=",".join(STS_TASKS),
+        help=f"Subset of the 7 STS tasks (any case; also {', '.join(STS_TASK_ALIASES)}).",
+    )
     parser.add_argument("--sts-mode", choices=STS_MODES, default="all", help="How STS12-16 subsets combine.")
     parser.add_argument(
         "--sick-split", choices=("test", "all"), default="test",
@@ -75,6 +82,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--output", default=None, help="Write results JSON here (and a .md table beside it).")
     return parser
+
+
+def add_mteb_option(parser: argparse.ArgumentParser) -> None:
+    """`--mteb`: mteb's own evaluation instead of hf_sentcl's suites."""
+    parser.add_argument(
+        "--mteb", default=None, metavar="TASKS_OR_BENCHMARK",
+        help="Instead of the suites: mteb's own evaluation (any task type) of comma-separated MTEB task names or one "
+        "benchmark name, e.g. STS12,SciFact or 'MTEB(eng, v2)'. Writes mteb's result files into mteb_results/ beside "
+        "--output (else in the run folder) and a summary JSON to --output. Needs the mteb package.",
+    )
 
 
 def parse_dims(text: str) -> list[int]:
@@ -120,7 +137,9 @@ def results_json(args: argparse.Namespace, encoder, measured, suites: list[str],
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging()
-    suites = split_commas(args.tasks)
+    if args.mteb is not None:
+        return mteb_main(args)
+    suites = split_commas(args.tasks or "sts")
     try:
         check_suites(suites)
         sts_only = [flag for flag, value in (("--whitening", args.whitening), ("--dims", args.dims)) if value]
@@ -135,9 +154,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_writable(Path(args.output).parent, "--output")
         whitening = [WhiteningSpec.parse(value) for value in args.whitening or ()]
         evaluation = EvaluationSuites(
-            resolve_data_dir(args.data_dir), suites, sts_tasks=split_commas(args.sts_tasks), sts_mode=args.sts_mode,
-            sick_split=args.sick_split, transfer_tasks=split_commas(args.transfer_tasks), kfold=args.kfold,
-            probe_jobs=args.probe_jobs, whitening=whitening,
+            resolve_data_dir(args.data_dir), suites, sts_tasks=canonical_sts_tasks(split_commas(args.sts_tasks)),
+            sts_mode=args.sts_mode, sick_split=args.sick_split, transfer_tasks=split_commas(args.transfer_tasks),
+            kfold=args.kfold, probe_jobs=args.probe_jobs, whitening=whitening,
         )
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -158,3 +177,65 @@ def main(argv: Sequence[str] | None = None) -> int:
         json_path, md_path = write_report(args.output, results, table)
         print(f"\nWrote {json_path} and {md_path}")
     return 0
+
+
+# ------------------------------------------------------------------------------------------------ --mteb
+def check_mteb_options(args: argparse.Namespace) -> None:
+    """ValueError for options of the SentEval suites given with --mteb, which runs none of them."""
+    given = [flag for flag, value in (("--tasks", args.tasks), ("--whitening", args.whitening), ("--dims", args.dims))
+             if value]
+    if given:
+        raise ValueError(f"{' and '.join(given)} set hf_sentcl's own suites, which --mteb does not run; run them in a "
+                         "second `hf-sentcl evaluate` without --mteb.")
+    if not mteb_available():
+        raise ValueError(f"mteb is not installed: {INSTALL_HINT}.")
+
+
+def mteb_main(args: argparse.Namespace) -> int:
+    """`--mteb`: everything that can be refused is checked before the model loads (options, task and benchmark
+    names, where the files go, the data when offline: exit 2); then mteb evaluates task after task, one line each,
+    its result files land in mteb_results/ and the summary in --output."""
+    from hf_sentcl.evaluation import mteb_run
+
+    logging.getLogger("mteb").setLevel(logging.WARNING)  # a line per phase of every task: the task lines suffice
+    try:
+        check_mteb_options(args)
+        tasks, benchmark = mteb_run.resolve_tasks(args.mteb)
+        root, name = mteb_run.results_root(args.model, args.output)
+        check_writable(root.parent, "--mteb results")  # mteb_results/ itself only once results come
+        if args.output:
+            check_writable(Path(args.output).parent, "--output")
+        mteb_run.check_offline_data(tasks)
+    except ValueError as err:
+        print(f"error: --mteb: {err}", file=sys.stderr)
+        return 2
+    encoder = load_encoder(args.model, args.pooling, args.pooling_layer)
+    import torch
+
+    encoder.to(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    meta = mteb_run.model_meta(root, name, encoder)
+    model = mteb_run.MtebEncoder(encoder, meta, batch_size=args.batch_size, bf16=args.bf16, bars=watched())
+    try:
+        scores = mteb_run.evaluate_tasks(model, tasks, root, bars=watched())
+        folder = mteb_run.check_results_load(root, meta, list(scores))
+        check_export_submission(root, folder)
+    except ValueError as err:
+        print(f"error: --mteb: {err}", file=sys.stderr)
+        return 1
+    print(f"\nmteb's result files for {meta.name} at revision {meta.revision}: {folder}")
+    if args.output:
+        summary = mteb_run.mteb_summary(scores, meta, folder, model=args.model, benchmark=benchmark,
+                                        pooling=encoder.config.active_pooling(training=False))
+        print(f"Wrote {write_json(args.output, summary)}")
+    return 0
+
+
+def check_export_submission(root: Path, folder: Path) -> None:
+    """When `root` holds an export's leaderboard submission (its model_meta.py), check it again as `export` does,
+    so that mteb's files joining it leave it whole for `push` (ValueError naming the file that no longer fits)."""
+    from hf_sentcl.export.mteb_meta import MODEL_META_MODULE
+
+    if (root / MODEL_META_MODULE).is_file():
+        from hf_sentcl.export.mteb_files import check_mteb_submission
+
+        check_mteb_submission(folder)

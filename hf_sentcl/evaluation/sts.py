@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -20,6 +21,25 @@ from hf_sentcl.hub.download import resolve_data_dir
 
 STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
 STS_MODES = ("all", "mean", "wmean")
+
+#: the names tables, the model card and MTEB give STS-B and SICK-R, accepted for the internal ones (any case)
+STS_TASK_ALIASES = {
+    "STS-B": "STSBenchmark", "STSB": "STSBenchmark", "SICK-R": "SICKRelatedness", "SICKR": "SICKRelatedness",
+}
+
+
+def canonical_sts_tasks(names: Sequence[str]) -> list[str]:
+    """The `STS_TASKS` names of `names`, matched case-insensitively and through `STS_TASK_ALIASES`, repeats dropped:
+    ['sts-b', 'SICK-R', 'sts12'] -> ['STSBenchmark', 'SICKRelatedness', 'STS12']. The tables and MTEB write STS-B and
+    SICK-R, so a user typing what they read is understood; ValueError naming any other name."""
+    lookup = {task.lower(): task for task in STS_TASKS} | {k.lower(): v for k, v in STS_TASK_ALIASES.items()}
+    unknown = [name for name in names if name.lower() not in lookup]
+    if unknown:
+        raise ValueError(
+            f"Unknown STS task(s) {unknown}. Choose from: {', '.join(STS_TASKS)} (also {', '.join(STS_TASK_ALIASES)})."
+        )
+    return list(dict.fromkeys(lookup[name.lower()] for name in names))
+
 
 # SentEval's subset lists. STS13's SMT subset ships without its input file (license), so it is skipped.
 STS_YEAR_SUBSETS = {
