@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from hf_sentcl.common.argv import split_commas
 from hf_sentcl.common.logs import setup_logging
 from hf_sentcl.evaluation.mteb import INSTALL_HINT, mteb_available, mteb_data_problem, mteb_sts_scores
 from hf_sentcl.evaluation.sts import STSEvaluator
@@ -51,7 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--license", default=None,
-        help="License of the model (a Hub license id, e.g. apache-2.0) for the ModelMeta in --mteb-results.",
+        help="License of the model (a Hub license id, e.g. apache-2.0): the card's metadata, and the ModelMeta in "
+        "--mteb-results.",
+    )
+    parser.add_argument(
+        "--language", default=None,
+        help="Language(s) of the model for the card's metadata, comma-separated ISO codes (default: the base model "
+        "card's, e.g. en for all-MiniLM-L6-v2).",
     )
     parser.add_argument(
         "--training-code-url", default=None,
@@ -90,6 +97,12 @@ def read_probe_sentences(path: str | Path, count: int) -> list[str]:
     return sentences
 
 
+def language_option(value: str | None) -> str | list[str] | None:
+    """`--language en` or `--language en,de`: one code, or the list of them, for the card's metadata."""
+    codes = split_commas(value) if value else []
+    return codes[0] if len(codes) == 1 else codes or None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging()
@@ -99,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results = load_results(results_path) if results_path else {}
         if args.mteb_results and not mteb_available():
             raise ExportError(f"--mteb-results needs the mteb package: {INSTALL_HINT}.")
-        if args.mteb_results and args.license:
+        if args.license and mteb_available():  # mteb knows the Hub's license ids
             check_license(args.license)
         check_export_target(args.out, args.overwrite)
         probes = read_probe_sentences(args.probe_file, args.probe_count) if args.probe_file else PROBE_SENTENCES
@@ -126,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             results.update(mteb_sts_scores(encoder, data_dir, batch_size=args.batch_size).to_results())
         plan, differences = export_with_card(
             encoder, args.out, results, repo_id=args.repo_id, overwrite=args.overwrite, verify=not args.no_verify,
-            probes=probes, tolerance=args.tolerance,
+            probes=probes, tolerance=args.tolerance, license_id=args.license, language=language_option(args.language),
             plots_from=results_path.parent if results_path and results.get("source") != "evaluate" else None,
         )
         mteb_folder = (

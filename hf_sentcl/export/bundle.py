@@ -13,7 +13,9 @@ from transformers import AutoConfig
 from hf_sentcl.common.layout import EXPORT_DIRNAME, MTEB_RESULTS_DIRNAME
 from hf_sentcl.evaluation.mteb import INSTALL_HINT, MtebScores, mteb_available
 from hf_sentcl.evaluation.plots import PLOTS_DIRNAME
+from hf_sentcl.export.base_model import backbone_source, base_language
 from hf_sentcl.export.card import citations, matryoshka_table, training_code_url, write_model_card
+from hf_sentcl.export.history import with_run_history
 from hf_sentcl.export.mteb_files import DEFAULT_ORG, write_mteb_results
 from hf_sentcl.export.plan import ExportError, ExportPlan
 from hf_sentcl.export.results import (
@@ -31,8 +33,6 @@ from hf_sentcl.modeling.encoder import load_encoder
 from hf_sentcl.modeling.pooling import pooling_mode
 
 logger = logging.getLogger("hf_sentcl")
-
-
 
 
 # ------------------------------------------------------------------------------------------------ card and MTEB
@@ -86,6 +86,21 @@ def export_mteb_results(
     )
 
 
+def card_language(encoder: SentenceEncoder, results: dict[str, Any], language: str | list[str] | None
+                  ) -> str | list[str] | None:
+    """The card's `language`: `language` when given (the command line's or the recipe's), else the base model's
+    card's (the base of the results' hf_sentcl lineage, else the folder or Hub id the backbone was loaded from),
+    else None."""
+    if language:
+        return language
+    bases = [training_lineage(results)[-1].get("model_name_or_path"), backbone_source(encoder.config.backbone_config)]
+    for base in dict.fromkeys(b for b in bases if b):
+        found = base_language(base)
+        if found:
+            return found
+    return None
+
+
 def export_with_card(
     encoder: SentenceEncoder,
     out_dir: str | Path,
@@ -97,16 +112,25 @@ def export_with_card(
     verify: bool = True,
     probes: Sequence[str] = PROBE_SENTENCES,
     tolerance: float = 1e-4,
+    license_id: str | None = None,
+    language: str | list[str] | None = None,
 ) -> tuple[ExportPlan, dict[str, float] | None]:
     """Export `encoder` to `out_dir` with its model card (and `plots_from/plots/*.png`), all built and checked
-    beside `out_dir` before it is moved in. Returns the plan and the loaders' differences (None unverified)."""
+    beside `out_dir` before it is moved in. Returns the plan and the loaders' differences (None unverified).
+
+    The card's results are completed with the history of the run the encoder was loaded from (`with_run_history`:
+    a `checkpoint-N` or a run's output_dir, from `encoder.name_or_path`); `license_id` and the language
+    (`card_language`) go into its metadata."""
     out_dir = Path(out_dir)
+    card_results = with_run_history(results, getattr(encoder, "name_or_path", None))
+    language = card_language(encoder, card_results, language)
     with staged_export(out_dir, overwrite) as stage:
         plan = write_export(encoder, stage)
         differences = verify_export(encoder, stage, plan, probes, tolerance) if verify else None
         if plots_from is not None:
             copy_plots(plots_from, stage)
-        write_model_card(stage, plan, results, repo_id=repo_id, local_id=str(out_dir.resolve()))
+        write_model_card(stage, plan, card_results, repo_id=repo_id, local_id=str(out_dir.resolve()),
+                         license_id=license_id, language=language)
     return plan, differences
 
 
@@ -115,19 +139,24 @@ def export_run(
     results: dict[str, Any],
     output_dir: str | Path,
     repo_id: str | None = None,
+    *,
+    license_id: str | None = None,
+    language: str | list[str] | None = None,
 ) -> tuple[Path, ExportPlan]:
     """Export a run's final encoder to `output_dir/export` with its model card (from `results`) and plots, and its
     MTEB-protocol STS scores as MTEB result files under `output_dir/mteb_results` (when mteb is installed).
     Result files an earlier run left in `output_dir` are removed first: a push files whatever that folder holds
-    under this export's commit. Returns (folder, plan)."""
+    under this export's commit. `license_id` and `language` go into the card's metadata (the language otherwise
+    comes from the base model's card). Returns (folder, plan)."""
     export_dir, mteb_dir = Path(output_dir) / EXPORT_DIRNAME, Path(output_dir) / MTEB_RESULTS_DIRNAME
-    plan, _ = export_with_card(encoder, export_dir, results, repo_id=repo_id, plots_from=output_dir, overwrite=True)
+    plan, _ = export_with_card(encoder, export_dir, results, repo_id=repo_id, plots_from=output_dir, overwrite=True,
+                               license_id=license_id, language=language)
     if mteb_dir.exists():
         shutil.rmtree(mteb_dir)
         logger.info("Removed %s, an earlier run's MTEB result files: they are not this run's.", mteb_dir)
     if results.get("mteb_sts"):
         if mteb_available():
-            export_mteb_results(mteb_dir, results, export_dir, plan, repo_id)
+            export_mteb_results(mteb_dir, results, export_dir, plan, repo_id, license_id=license_id)
         else:
             logger.info("MTEB result files were not written: mteb is not installed (%s).", INSTALL_HINT)
     return export_dir, plan

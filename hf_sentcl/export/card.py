@@ -4,8 +4,10 @@ The template, `model_cards/sentence_encoder.md`, is package data (read with `imp
 in the card comes from the results dict: a run's `results.json` or the output of `hf-sentcl evaluate
 --output`, both brought to one shape by `load_results`. The front matter carries a `model-index` with one
 `cos_sim_spearman` result (0-100) per STS task, labelled as MTEB's datasets; those numbers are the MTEB-protocol
-scores (`hf_sentcl.evaluation.mteb`), never SentEval's SICK-R test split. The inputs of a card are saved beside
-it (`CARD_INPUTS`) so that `push` can render it again for the repository it uploads to.
+scores (`hf_sentcl.evaluation.mteb`), never SentEval's SICK-R test split. The metadata also carries the license and
+language when known and a sentence-similarity widget. The card names no local path: without a repository id its
+snippets load the placeholder `PLACEHOLDER_ID` (the card says to replace it). The inputs of a card are saved beside
+it (`CARD_INPUTS`, never uploaded) so that `push` can render it again for the repository it uploads to.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from hf_sentcl.evaluation.report import (
     write_json,
 )
 from hf_sentcl.evaluation.sts import STS_TASKS
+from hf_sentcl.export.card_fields import PLACEHOLDER_ID, card_settings, data_line, public_name, public_value, widget
 from hf_sentcl.export.plan import ExportPlan
 from hf_sentcl.export.results import (
     CARD_INPUTS,
@@ -154,8 +157,12 @@ def matryoshka_table(results: Mapping[str, Any]) -> tuple[list[int], str | None]
 
 
 # ------------------------------------------------------------------------------------------------ the card
-def build_card_data(results: Mapping[str, Any], model_name: str) -> ModelCardData:
-    """Front matter: library, pipeline tag, tags, base model, datasets and the MTEB-protocol model-index."""
+def build_card_data(
+    results: Mapping[str, Any], model_name: str, license_id: str | None = None,
+    language: str | list[str] | None = None,
+) -> ModelCardData:
+    """Front matter: library, pipeline tag, tags, license, language, base model, the datasets the run declared, the
+    sentence-similarity widget and the MTEB-protocol model-index."""
     method = results.get("method")
     eval_results = mteb_eval_results(results.get("mteb_sts") or {}) or None
     return ModelCardData(
@@ -163,10 +170,13 @@ def build_card_data(results: Mapping[str, Any], model_name: str) -> ModelCardDat
         pipeline_tag="sentence-similarity",
         tags=["sentence-transformers", "sentence-similarity", "feature-extraction", "mteb", "hf-sentcl"]
         + ([method] if method else []),
+        license=license_id,
+        language=language,
         base_model=hub_model_id(results.get("model_name_or_path")),
         datasets=training_datasets(results),
         model_name=model_name if eval_results else None,
         eval_results=eval_results,
+        widget=widget(),
     )
 
 
@@ -186,12 +196,15 @@ def render_model_card(
     repo_id: str | None = None,
     model_name: str | None = None,
     plots: Sequence[str] = (),
+    license_id: str | None = None,
+    language: str | list[str] | None = None,
 ) -> ModelCard:
     """Render the model card of an export from a results dict (`load_results`' shape; may be empty).
 
-    `model_id` is what the usage snippets load; `model_name` (default: the last part of `repo_id`/`model_id`) is
-    the card's title and the model-index name. `plots` are PNG paths relative to the export folder, shown as
-    images with their `PLOT_CAPTIONS`.
+    `model_id` is what the usage snippets load (`PLACEHOLDER_ID` until the repository is known); `model_name`
+    (default: the last part of `repo_id`/`model_id`) is the card's title and the model-index name. `plots` are PNG
+    paths relative to the export folder, shown as images with their `PLOT_CAPTIONS`. `license_id` and `language`
+    go into the metadata.
     """
     model_name = model_name or (repo_id or model_id).rstrip("/").split("/")[-1]
     method = results.get("method")
@@ -199,7 +212,7 @@ def render_model_card(
     mteb_scores = results.get("mteb_sts")
     train = results.get("train") or {}
     history = train.get("dev_curve") or []
-    card_data = build_card_data(results, model_name)
+    card_data = build_card_data(results, model_name, license_id, language)
     truncate_dims, truncate_table = matryoshka_table(results)
     return ModelCard.from_template(
         card_data,
@@ -207,15 +220,16 @@ def render_model_card(
         model_title=model_name,
         model_id=model_id,
         repo_id=repo_id,
+        placeholder=model_id == PLACEHOLDER_ID,
         method=method,
         method_summary=METHODS[method].summary if method in METHODS else None,
-        base_model_name=results.get("model_name_or_path"),
+        base_model_name=public_name(results.get("model_name_or_path") or "") or None,
         base_model_id=card_data.base_model,
         plan=plan,
         pooling_description=plan.describe(),
         module_dirs=plan.module_dirs,
-        settings=settings,
-        training_data=results.get("training_data"),
+        settings=public_value(results.get("hyperparameters") or card_settings(settings)),
+        training_data=data_line(results.get("training_data") or {}),
         train=train,
         dev_table=dev_curve_table(history),
         num_dev_evaluations=len(history),
@@ -244,24 +258,37 @@ def write_model_card(
     *,
     local_id: str | None = None,
     model_name: str | None = None,
+    license_id: str | None = None,
+    language: str | list[str] | None = None,
 ) -> Path:
     """Render the card into `out_dir/README.md` (and its inputs into `CARD_INPUTS`); return the card's path.
 
-    The snippets load `repo_id` or, without one, `local_id` (default: the folder itself; an export built in a
-    temporary folder passes its final path). PNGs in `out_dir/plots/` are shown in the card.
+    The snippets load `repo_id` or, without one, `PLACEHOLDER_ID` with a line saying to replace it: a card names no
+    local path, since whoever uploads the folder publishes it. The title is the repository's name, else the name of
+    `local_id`'s folder (default: `out_dir`; an export built in a temporary folder passes its final path; a run's
+    `output_dir/export` is named after the run). PNGs in `out_dir/plots/` are shown in the card. `license_id` and
+    `language` go into the metadata and into `CARD_INPUTS`, so that `push` renders them again, as do the
+    hyperparameters (`card_settings`: the recorded settings over the method's defaults, resolved here once unless the
+    results record them as `hyperparameters`).
     """
     out_dir = Path(out_dir).resolve()
-    local_id = local_id or str(out_dir)
     if model_name is None and not repo_id:
-        local = Path(local_id)
+        local = Path(local_id or out_dir)
         model_name = local.parent.name if local.name == "export" else local.name  # a run's output_dir/export
     order = {name: i for i, name in enumerate(PLOT_CAPTIONS)}  # known plots in caption order, others after them
     pngs = sorted((out_dir / PLOTS_DIRNAME).glob("*.png"), key=lambda p: (order.get(p.name, len(order)), p.name))
     plots = [p.relative_to(out_dir).as_posix() for p in pngs]
+    if results.get("recipe_settings") and not results.get("hyperparameters"):  # resolved once, kept for `push`
+        results = {**results, "hyperparameters": card_settings(results["recipe_settings"])}
     card = render_model_card(
-        plan, results, model_id=repo_id or local_id, repo_id=repo_id, model_name=model_name, plots=plots
+        plan, results, model_id=repo_id or PLACEHOLDER_ID, repo_id=repo_id, model_name=model_name, plots=plots,
+        license_id=license_id, language=language,
     )
-    inputs = {"plan": plan.to_dict(), "results": {k: results[k] for k in CARD_KEYS if k in results}}
+    inputs = {
+        "plan": plan.to_dict(),
+        "results": {k: results[k] for k in CARD_KEYS if k in results},
+        "card": {"license": license_id, "language": language},
+    }
     write_json(out_dir / CARD_INPUTS, inputs)
     path = out_dir / "README.md"
     card.save(path)
@@ -269,7 +296,8 @@ def write_model_card(
 
 
 def rewrite_model_card(out_dir: str | os.PathLike, repo_id: str) -> Path:
-    """Render the card of an export again with its usage snippets loading `repo_id` (e.g. before a push)."""
+    """Render the card of an export again with its usage snippets loading `repo_id` (e.g. before a push), with the
+    license and language it was exported with."""
     inputs_path = Path(out_dir) / CARD_INPUTS
     if not inputs_path.is_file():
         raise FileNotFoundError(
@@ -277,4 +305,6 @@ def rewrite_model_card(out_dir: str | os.PathLike, repo_id: str) -> Path:
             f"'{repo_id}'; export it again with `hf-sentcl export ... --overwrite`."
         )
     inputs = read_json(inputs_path)
-    return write_model_card(out_dir, ExportPlan.from_dict(inputs["plan"]), inputs["results"], repo_id=repo_id)
+    card = inputs.get("card") or {}
+    return write_model_card(out_dir, ExportPlan.from_dict(inputs["plan"]), inputs["results"], repo_id=repo_id,
+                            license_id=card.get("license"), language=card.get("language"))

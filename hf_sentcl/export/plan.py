@@ -5,11 +5,12 @@ It lives beside the model (not in `hf_sentcl.export`) because both the export an
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any
 
 from torch import nn
 
+from hf_sentcl.export.base_model import backbone_source, base_pipeline, export_pipeline
 from hf_sentcl.modeling.encoder import SentenceEncoder
 from hf_sentcl.modeling.heads import MLPHead
 from hf_sentcl.modeling.pooling import Pooling
@@ -33,6 +34,10 @@ class ExportPlan:
         hidden_size: embedding dimension.
         max_seq_length: truncation length of the export (sentence-transformers 6 saves it as the tokenizer's
             `model_max_length`; mteb's `max_tokens`): see `export_max_seq_length`.
+        normalize: the export ends in a sentence-transformers `Normalize` module (unit-length vectors), because the
+            base model's pipeline has one after pooling (`hf_sentcl.export.base_model.export_pipeline`).
+        base_notes: sentences for the model card on where the export's pipeline differs from the base model's (a
+            base module it cannot keep, another pooling); empty when it is a drop-in replacement.
     """
 
     pooling: str
@@ -41,6 +46,8 @@ class ExportPlan:
     head: str
     hidden_size: int
     max_seq_length: int
+    normalize: bool = False
+    base_notes: tuple[str, ...] = ()
 
     @property
     def mode(self) -> Pooling:
@@ -81,6 +88,8 @@ class ExportPlan:
         names.append("Pooling")
         if self.uses_head:
             names.append("Dense")
+        if self.normalize:
+            names.append("Normalize")
         return {name: "" if i == 0 else f"{i}_{name}" for i, name in enumerate(names)}
 
     def describe(self) -> str:
@@ -99,6 +108,8 @@ class ExportPlan:
             base += ", passed through the trained Linear+tanh head (folded into the model's pooler: `pooler_output`)"
         elif self.head == "dense":
             base += ", passed through the trained Linear+tanh head (the `Dense` module)"
+        if self.normalize:
+            base += ", scaled to unit length (the `Normalize` module)"
         if self.truncated:
             base += (
                 f"; the exported backbone keeps {self.kept_layers} of {self.source_layers} layers because only "
@@ -111,8 +122,15 @@ class ExportPlan:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ExportPlan:
-        """The plan stored by `to_dict` (derived keys are ignored)."""
-        return cls(**{key: data[key] for key in cls.__dataclass_fields__})
+        """The plan stored by `to_dict` (derived keys are ignored; keys an older export did not store take their
+        defaults, which describe what it wrote: e.g. no `Normalize`). KeyError naming a missing required key."""
+        values = {}
+        for field in fields(cls):
+            if field.name in data:
+                values[field.name] = tuple(data[field.name]) if field.name == "base_notes" else data[field.name]
+            elif field.default is MISSING:
+                raise KeyError(f"the stored export plan has no '{field.name}'; export the encoder again.")
+        return cls(**values)
 
 
 def has_tanh_pooler(backbone: nn.Module) -> bool:
@@ -140,6 +158,9 @@ def plan_export(encoder: SentenceEncoder) -> ExportPlan:
         )
     kept = layers if pooling.averaged_state is not None else config.pooling_layer % (layers + 1)
     fold = head_used and pooling is Pooling.CLS and has_tanh_pooler(encoder.backbone)
+    base = base_pipeline(backbone_source(config.backbone_config))
+    same_states = not head_used and kept == layers and pooling.averaged_state is None
+    normalize, notes = export_pipeline(base, pooling.value, pooling.token_pooling, same_states)
     return ExportPlan(
         pooling=pooling.value,
         source_layers=layers,
@@ -147,6 +168,8 @@ def plan_export(encoder: SentenceEncoder) -> ExportPlan:
         head="pooler" if fold else "dense" if head_used else "none",
         hidden_size=config.hidden_size,
         max_seq_length=export_max_seq_length(encoder),
+        normalize=normalize,
+        base_notes=notes,
     )
 
 

@@ -34,7 +34,7 @@ ROW_LABELS = {**RUN_LABELS, EVALUATED: "this model"}
 CARD_KEYS = (
     "source", "method", "model_name_or_path", "pooling", "sts_mode", "sick_split", "sts", "transfer", "mteb_sts",
     "mteb_sts_seconds", "train", "recipe_settings", "training_data", "precision", "versions", "parallelism",
-    "sts_by_dim",
+    "sts_by_dim", "hyperparameters",
 )
 
 
@@ -45,12 +45,8 @@ PARALLELISM_KEYS = {
 }
 
 
-# Published training corpora recognised by file name (train_file) -> their Hub dataset.
-KNOWN_TRAIN_FILES = {
-    "wiki1m_for_simcse.txt": "princeton-nlp/datasets-for-simcse",
-    "wiki1m_subset.txt": "princeton-nlp/datasets-for-simcse",
-    "nli_for_simcse.csv": "princeton-nlp/datasets-for-simcse",
-}
+#: the Hub dataset of an `hf://datasets/ORG/NAME[@REVISION]/PATH` address, wherever it appears in a description
+HUB_DATASET_URI = re.compile(r"hf://datasets/([\w.-]+/[\w.-]+?)(?:@[^/\s']*)?/")
 
 
 # the MTEB tasks' Hub datasets -> their task names (a `dataset_name` that is one of them trains on that task's data)
@@ -60,7 +56,9 @@ MTEB_TASK_BY_DATASET = {dataset: task for dataset, task, _revision in MTEB_STS_D
 NLI_SOURCE_KEY = "nli_source"
 
 
-CARD_INPUTS = "hf_sentcl_card.json"  # the plan and results a card was rendered from, beside README.md
+#: the plan and results a card was rendered from, beside README.md; it names local paths, so a push leaves it out
+#: (`hf_sentcl.hub.upload.LOCAL_ONLY_FILES`)
+CARD_INPUTS = "hf_sentcl_card.json"
 
 
 # unlabeled_sts setting -> the STS tasks whose texts were trained on ("all-scored": the scored pairs only)
@@ -171,18 +169,32 @@ def hub_model_id(name_or_path: str | None) -> str | None:
 
 
 def training_datasets(results: Mapping[str, Any]) -> list[str] | None:
-    """Hub dataset ids of the training data, where they are known."""
+    """Hub dataset ids of the training data, only as the run declared them: a `dataset_name` that is a Hub id, the
+    STS sets of `unlabeled_sts`, an `hf://datasets/ORG/NAME/...` file (`train_file`, an NLI file) and an NLI
+    `datasets` id. Never guessed from a local file's name: a user's own `wiki1m_subset.txt` is not SimCSE's dataset."""
     data = results.get("training_data") or {}
-    if data.get("source") == "dataset_name":
-        return [data["name"]]
-    if data.get("source") == "unlabeled_sts":
-        tasks = UNLABELED_STS_TASKS.get(data.get("name"), [])
+    source, name = data.get("source"), str(data.get("name") or "")
+    if source == "dataset_name" and is_hub_dataset_id(name):
+        return [name]
+    if source == "unlabeled_sts":
+        tasks = UNLABELED_STS_TASKS.get(name, [])
         return [MTEB_STS_DATASETS[t][0] for t in tasks] or None
-    if data.get("source") == "train_file" and data.get("name") in KNOWN_TRAIN_FILES:
-        return [KNOWN_TRAIN_FILES[data["name"]]]
-    if data.get("source") == NLI_SOURCE_KEY and (hub := re.fullmatch(r"dataset '([^']+)'.*", data.get("name", ""))):
+    if source in ("train_file", NLI_SOURCE_KEY) and (uri := HUB_DATASET_URI.search(name)):
+        return [uri.group(1)]
+    if source == NLI_SOURCE_KEY and (hub := re.fullmatch(r"dataset '([^']+)'.*", name)) and is_hub_dataset_id(hub[1]):
         return [hub.group(1)]
     return None
+
+
+def is_hub_dataset_id(name: str) -> bool:
+    """Whether `name` is a Hub dataset id (`org/name` or a canonical `name`) rather than a local folder or file."""
+    if not name or name.startswith((".", "/", "~")) or Path(name).expanduser().exists():
+        return False
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return True
 
 
 # ------------------------------------------------------------------------------------------------ MTEB's view

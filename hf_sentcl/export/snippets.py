@@ -92,6 +92,8 @@ def _embed_body(plan: ExportPlan, reduce) -> list[str]:
         body.append(f'embeddings = {reduce.__name__}(outputs.last_hidden_state, batch["attention_mask"])')
     if plan.head == "dense":
         body.append('embeddings = torch.tanh(embeddings @ dense["linear.weight"].T + dense["linear.bias"])')
+    if plan.normalize:
+        body.append("embeddings = torch.nn.functional.normalize(embeddings, dim=-1)  # the Normalize module")
     body.append("return embeddings")
     return body
 

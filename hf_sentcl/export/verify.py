@@ -51,7 +51,7 @@ def check_embeddings(embeddings: np.ndarray, where: str) -> None:
 
 def automodel_encode(path: str | Path, sentences: Sequence[str], plan: ExportPlan, batch_size: int = 32) -> np.ndarray:
     """Embed `sentences` with plain `AutoModel`/`AutoTokenizer` from an export folder, pooled by `pool` as the
-    encoder pools (the head as the plan stores it)."""
+    encoder pools (the head as the plan stores it), scaled to unit length when the plan ends in `Normalize`."""
     from safetensors.torch import load_file
     from transformers import AutoModel, AutoTokenizer
 
@@ -75,6 +75,8 @@ def automodel_encode(path: str | Path, sentences: Sequence[str], plan: ExportPla
                 embeddings = pool(states, batch["attention_mask"], plan.mode)
             if dense is not None:
                 embeddings = torch.tanh(embeddings @ dense["linear.weight"].T + dense["linear.bias"])
+            if plan.normalize:
+                embeddings = torch.nn.functional.normalize(embeddings, dim=-1)
             rows.append(embeddings.float())
     return torch.cat(rows).numpy()
 
@@ -110,10 +112,14 @@ def verify_export(
     The reference is a fresh CPU `SentenceEncoder` with the encoder's config and weights, so that nothing attached
     to the trained instance (a device, accelerate's mixed-precision forward wrapper) enters the comparison; it
     truncates at the export's `max_seq_length` (which may be the base model's, shorter than the encoder's default).
+    When the export ends in `Normalize` (kept from the base model's pipeline) the reference is `encode(...,
+    normalize=True)`: the same vectors scaled to unit length, with the same cosines.
     """
     from sentence_transformers import SentenceTransformer
 
-    reference = reference_copy(encoder, plan.max_seq_length).encode(list(sentences), batch_size=len(sentences))
+    reference = reference_copy(encoder, plan.max_seq_length).encode(
+        list(sentences), batch_size=len(sentences), normalize=plan.normalize
+    )
     check_embeddings(reference, "The encoder")
     loaded = {
         "transformers": automodel_encode(out_dir, sentences, plan),

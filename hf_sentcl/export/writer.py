@@ -8,7 +8,8 @@ id or `embedded:all-MiniLM-L6-v2`) with `--pooling`. The export folder holds:
 - the backbone's own `save_pretrained` files (`config.json` with e.g. `architectures: ["BertModel"]`,
   `model.safetensors`) and the tokenizer, so `AutoModel.from_pretrained(OUT)` works without `trust_remote_code`;
 - the sentence-transformers modules (`Transformer`, `Pooling`, and `WeightedLayerPooling` for layer averages,
-  `Dense` for a head used at inference), built as sentence-transformers modules and written by its own `save`;
+  `Dense` for a head used at inference, `Normalize` when the base model's pipeline has one after pooling, as
+  all-MiniLM-L6-v2's does), built as sentence-transformers modules and written by its own `save`;
 - `README.md`, the model card (`hf_sentcl.export.card`), from a run's results.json or `hf-sentcl evaluate`'s JSON.
 
 How each setting of `SentenceEncoderConfig` is exported (only the eval-mode behaviour matters):
@@ -47,10 +48,6 @@ from hf_sentcl.modeling import SentenceEncoder
 logger = logging.getLogger("hf_sentcl")
 
 
-
-
-
-
 # ------------------------------------------------------------------------------------------------ writing
 def export_backbone(encoder: SentenceEncoder, plan: ExportPlan) -> PreTrainedModel:
     """A standalone copy of the backbone as exported: LoRA merged, layers truncated, head folded into the pooler."""
@@ -75,8 +72,14 @@ def export_backbone(encoder: SentenceEncoder, plan: ExportPlan) -> PreTrainedMod
 
 def sentence_transformer_modules(encoder: SentenceEncoder, plan: ExportPlan, backbone_dir: Path) -> list:
     """The sentence-transformers modules of the plan, the Transformer loaded from `backbone_dir` (the exported
-    backbone and tokenizer), in `plan.module_dirs` order."""
-    from sentence_transformers.sentence_transformer.modules import Dense, Pooling, Transformer, WeightedLayerPooling
+    backbone and tokenizer), in `plan.module_dirs` order; `Normalize` last when the plan keeps the base's."""
+    from sentence_transformers.sentence_transformer.modules import (
+        Dense,
+        Normalize,
+        Pooling,
+        Transformer,
+        WeightedLayerPooling,
+    )
 
     modules = [Transformer(str(backbone_dir), max_seq_length=plan.max_seq_length)]
     if plan.layer_weights is not None:
@@ -87,6 +90,8 @@ def sentence_transformer_modules(encoder: SentenceEncoder, plan: ExportPlan, bac
         weight, bias = (p.detach().float().cpu().clone() for p in (encoder.head.dense.weight, encoder.head.dense.bias))
         modules.append(Dense(plan.hidden_size, plan.hidden_size, activation_function=torch.nn.Tanh(),
                              init_weight=weight, init_bias=bias))
+    if plan.normalize:
+        modules.append(Normalize())
     return modules
 
 

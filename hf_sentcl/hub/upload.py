@@ -69,6 +69,10 @@ from hf_sentcl.hub.offline import is_offline
 
 REQUIRED_EXPORT_FILES = ("config.json", "modules.json", "README.md")
 
+#: files of an export that stay local: `hf_sentcl_card.json` (hf_sentcl.export.results.CARD_INPUTS), the plan and
+#: results its card was rendered from, which name local paths (the base model's folder, the run's files)
+LOCAL_ONLY_FILES = ("hf_sentcl_card.json",)
+
 ATTEMPTS_ENV = "HF_SENTCL_PUSH_ATTEMPTS"
 BACKOFF_ENV = "HF_SENTCL_PUSH_BACKOFF_S"
 TIMEOUT_ENV = "HF_SENTCL_PUSH_TIMEOUT_S"
@@ -164,8 +168,13 @@ def check_push_possible(repo_id: str | None, key: str = "hub_model_id") -> None:
         )
 
 
+def ignore_patterns() -> list[str]:
+    """What an upload leaves out: huggingface_hub's default ignores (.git, .cache, ...) and `LOCAL_ONLY_FILES`."""
+    return [*DEFAULT_IGNORE_PATTERNS, *LOCAL_ONLY_FILES]
+
+
 def upload_plan(folder: str | Path) -> list[UploadFile]:
-    """Exactly the files `upload_folder` sends from `folder`: every file, minus huggingface_hub's default ignores."""
+    """Exactly the files `upload_folder` sends from `folder`: every file, minus `ignore_patterns()`."""
     folder = Path(folder)
     if not folder.is_dir():
         raise HubError(f"Export folder '{folder}' does not exist.")
@@ -176,7 +185,7 @@ def upload_plan(folder: str | Path) -> list[UploadFile]:
             "`hf-sentcl export CHECKPOINT OUT` and push OUT."
         )
     files = {p.relative_to(folder).as_posix(): p for p in sorted(folder.glob("**/*")) if p.is_file()}
-    kept = filter_repo_objects(list(files), ignore_patterns=list(DEFAULT_IGNORE_PATTERNS))
+    kept = filter_repo_objects(list(files), ignore_patterns=ignore_patterns())
     return [UploadFile(path, files[path].stat().st_size) for path in kept]
 
 
@@ -414,7 +423,7 @@ def _push_once(api: HubApi, folder: str | Path, repo_id: str, *, private: bool |
         commit_message=commit_message,
         repo_type="model",
         revision=revision,
-        ignore_patterns=list(DEFAULT_IGNORE_PATTERNS),
+        ignore_patterns=ignore_patterns(),
     )
 
 
