@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_sentcl.common.argv import split_commas
+from hf_sentcl.common.layout import EXPORT_DIRNAME
 from hf_sentcl.common.logs import setup_logging, watched
 from hf_sentcl.evaluation.mteb import INSTALL_HINT, mteb_available
 from hf_sentcl.evaluation.report import write_json, write_report
@@ -223,11 +224,25 @@ def mteb_main(args: argparse.Namespace) -> int:
         print(f"error: --mteb: {err}", file=sys.stderr)
         return 1
     print(f"\nmteb's result files for {meta.name} at revision {meta.revision}: {folder}")
+    summary = mteb_run.mteb_summary(scores, meta, folder, model=args.model, benchmark=benchmark,
+                                    pooling=encoder.config.active_pooling(training=False))
     if args.output:
-        summary = mteb_run.mteb_summary(scores, meta, folder, model=args.model, benchmark=benchmark,
-                                        pooling=encoder.config.active_pooling(training=False))
         print(f"Wrote {write_json(args.output, summary)}")
+    card_with_mteb_scores(args.model, summary)
     return 0
+
+
+def card_with_mteb_scores(model: str, summary: dict) -> None:
+    """When `model` is a run (or its export) whose export has a card, render that card again with mteb's own
+    scores in their own section, so a push publishes them saying where they came from."""
+    from hf_sentcl.evaluation.mteb_run import run_folder_of
+    from hf_sentcl.export.card import add_mteb_evaluation
+    from hf_sentcl.export.results import CARD_INPUTS
+
+    run = run_folder_of(model)
+    export = run / EXPORT_DIRNAME if run is not None else None
+    if export is not None and (export / CARD_INPUTS).is_file():
+        print(f"The export's card lists mteb's scores now: {add_mteb_evaluation(export, summary)}")
 
 
 def check_export_submission(root: Path, folder: Path) -> None:

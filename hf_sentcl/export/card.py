@@ -245,9 +245,38 @@ def render_model_card(
         transformers_snippet=transformers_snippet(plan, model_id),
         st_snippet=sentence_transformers_snippet(model_id),
         citations=citations(method, settings),
-        matryoshka_dims=truncate_dims,
-        matryoshka_table=truncate_table,
+        matryoshka_dims=truncate_dims, matryoshka_table=truncate_table,
+        mteb_evaluated=mteb_evaluated_section(results.get("mteb_evaluated")),
     )
+
+
+def mteb_evaluated_section(evaluated: Mapping[str, Any] | None) -> dict[str, str] | None:
+    """The card's section of the scores mteb computed itself (`hf-sentcl evaluate --mteb`'s summary): mteb's version
+    and a table of task, metric and main score x 100; None without any."""
+    tasks = (evaluated or {}).get("tasks") or {}
+    if not tasks:
+        return None
+    metrics = evaluated.get("main_metrics") or {}
+    rows = [f"| {task} | `{metrics.get(task, 'main_score')}` | {100 * score:.2f} |" for task, score in tasks.items()]
+    return {"version": evaluated.get("mteb_version", "?"),
+            "table": "\n".join(["| task | metric | score |", "|---|---|---:|", *rows])}
+
+
+def add_mteb_evaluation(out_dir: str | os.PathLike, summary: Mapping[str, Any]) -> Path:
+    """Render the card of the export in `out_dir` again with the scores mteb computed itself (`summary`:
+    `hf-sentcl evaluate --mteb`'s, `source: mteb`), in their own section that says so, beside (not in) the
+    MTEB-protocol scores of hf_sentcl's evaluator. Tasks evaluated again replace their earlier scores."""
+    inputs = read_json(Path(out_dir) / CARD_INPUTS)
+    results = dict(inputs["results"])
+    earlier = results.get("mteb_evaluated") or {}
+    results["mteb_evaluated"] = {
+        "mteb_version": summary["mteb_version"],
+        "tasks": {**(earlier.get("tasks") or {}), **summary["tasks"]},
+        "main_metrics": {**(earlier.get("main_metrics") or {}), **(summary.get("main_metrics") or {})},
+    }
+    card = inputs.get("card") or {}
+    return write_model_card(out_dir, ExportPlan.from_dict(inputs["plan"]), results, repo_id=card.get("repo_id"),
+                            license_id=card.get("license"), language=card.get("language"))
 
 
 def write_model_card(
@@ -287,7 +316,7 @@ def write_model_card(
     inputs = {
         "plan": plan.to_dict(),
         "results": {k: results[k] for k in CARD_KEYS if k in results},
-        "card": {"license": license_id, "language": language},
+        "card": {"license": license_id, "language": language, "repo_id": repo_id},
     }
     write_json(out_dir / CARD_INPUTS, inputs)
     path = out_dir / "README.md"

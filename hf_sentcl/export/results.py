@@ -34,7 +34,7 @@ ROW_LABELS = {**RUN_LABELS, EVALUATED: "this model"}
 CARD_KEYS = (
     "source", "method", "model_name_or_path", "pooling", "sts_mode", "sick_split", "sts", "transfer", "mteb_sts",
     "mteb_sts_seconds", "train", "recipe_settings", "training_data", "precision", "versions", "parallelism",
-    "sts_by_dim", "hyperparameters",
+    "sts_by_dim", "hyperparameters", "mteb_evaluated",
 )
 
 

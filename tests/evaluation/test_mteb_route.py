@@ -209,3 +209,25 @@ def test_mteb_files_join_an_exports_submission(tmp_path, export_dir, senteval_di
     assert scores["STS12"] == 0.5 and scores["STSBenchmark"] != 0.6
     meta, tasks = check_mteb_submission(folder)
     assert meta.name == f"hf_sentcl/{run.name}" and sorted(tasks) == ["STS12", "STSBenchmark"]
+
+
+def test_the_runs_export_card_says_which_scores_mteb_computed(tmp_path, tiny_bert_dir, tiny_retrieval):
+    """A run with an export: after `--mteb` the export's card has a section of mteb's own scores that names mteb and
+    its version, apart from hf_sentcl's numbers; the card still parses, and a push's re-render keeps the section."""
+    from huggingface_hub import ModelCard
+
+    from hf_sentcl.export.bundle import export_with_card
+    from hf_sentcl.export.card import rewrite_model_card
+
+    run = tmp_path / "my-run"
+    encoder = SentenceEncoder.from_backbone(str(tiny_bert_dir), pooling="mean")
+    encoder.save_pretrained(run)
+    (run / "results.json").write_text("{}")
+    export_with_card(encoder, run / "export", {}, verify=False)
+    assert "computed by mteb itself" not in (run / "export" / "README.md").read_text()
+    assert evaluate_cli.main(["--model", str(run), "--mteb", tiny_retrieval, "--device", "cpu"]) == 0
+    text = (run / "export" / "README.md").read_text()
+    assert "### Scores computed by mteb itself" in text and f"mteb {mteb.__version__}'s own evaluation" in text
+    assert f"| {tiny_retrieval} | `ndcg_at_10` | 100.00 |" in text
+    assert ModelCard(text).data.widget
+    assert "computed by mteb itself" in rewrite_model_card(run / "export", "org/name").read_text()
