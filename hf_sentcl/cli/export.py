@@ -97,6 +97,18 @@ def read_probe_sentences(path: str | Path, count: int) -> list[str]:
     return sentences
 
 
+def print_mteb_files(folder: Path, root: Path) -> None:
+    """Where the MTEB files went, and what still keeps them out of MTEB's results repository (results not pushed
+    yet: a run's log shows that note only at DEBUG, here it was asked for)."""
+    from hf_sentcl.export.mteb_files import check_mteb_submission, submission_notes
+
+    print(f"MTEB results (checked with mteb's loaders): {folder}")
+    print(f"ModelMeta for mteb's model registry (imported with mteb, equal to model_meta.json): "
+          f"{root / MODEL_META_MODULE}")
+    for note in submission_notes(check_mteb_submission(folder)[0], root):
+        print(f"Note: {note}")
+
+
 def language_option(value: str | None) -> str | list[str] | None:
     """`--language en` or `--language en,de`: one code, or the list of them, for the card's metadata."""
     codes = split_commas(value) if value else []
@@ -155,9 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"Checked on {len(probes)} sentences, max |difference| from SentenceEncoder.encode: {checked}")
     print(f"Model card: {Path(args.out) / 'README.md'}" + ("" if results else " (no results file: no result tables)"))
     if mteb_folder:
-        print(f"MTEB results (checked with mteb's loaders): {mteb_folder}")
-        print(f"ModelMeta for mteb's model registry (imported with mteb, equal to model_meta.json): "
-              f"{Path(args.mteb_results) / MODEL_META_MODULE}")
+        print_mteb_files(mteb_folder, Path(args.mteb_results))
     if adapter:
         print(f"LoRA adapter: {adapter}")
     if Path(args.out).resolve().parent == checkpoint.resolve() and clear_recorded_failure(args.out, "export_error"):

@@ -10,27 +10,29 @@ from hf_sentcl.common.build_locks import guard_extension_builds
 from hf_sentcl.common.distributed import finish_processes
 from hf_sentcl.common.logs import hang_dump, setup_logging
 from hf_sentcl.common.preemption import Preempted, stop_watching, stop_with_launcher, watch_signals
-from hf_sentcl.methods import METHODS
 from hf_sentcl.modeling.health import TrainingFailure
 from hf_sentcl.pipeline.stops import stop_if_signalled
 from hf_sentcl.pipeline.train import run
 from hf_sentcl.recipe.checks import checked
 from hf_sentcl.recipe.parallelism import requests_deepspeed
-from hf_sentcl.recipe.parser import USAGE as RECIPE_USAGE
-from hf_sentcl.recipe.parser import Recipe, RecipeError, merged_values, method_help, parse_recipe
+from hf_sentcl.recipe.parser import RUN_PROG, Recipe, RecipeError, parse_recipe, recipe_usage
+from hf_sentcl.recipe.parser import method_list as registered_methods
 from hf_sentcl.recipe.run_folder import RunComplete
 from hf_sentcl.recipe.run_lock import release_output_dirs
 
-USAGE = f"usage: {RECIPE_USAGE}"
+USAGE = f"usage: {recipe_usage()}"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = RUN_PROG) -> int:
+    """Train as the recipe in `argv` says (`RECIPE [--key value ...]`), or print the help of `prog`, the command as
+    the user called it (`python -m hf_sentcl.run`; `hf-sentcl train` answers its help without this module:
+    `hf_sentcl.cli.print_recipe_help`); the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
-        print(f"{USAGE}\n\n{method_list()}")
+        print(f"usage: {recipe_usage(prog)}\n\n{method_list()}")
         return 2
     if "-h" in argv or "--help" in argv:
-        return print_help([a for a in argv if a not in ("-h", "--help")])
+        return print_help([a for a in argv if a not in ("-h", "--help")], prog)
     with hang_dump():  # HF_SENTCL_HANG_DUMP_S=N: the stacks of a run still going after N s (benchmarks/gpu_check.py)
         return run_recipe(argv)
 
@@ -105,23 +107,13 @@ def watched_run(work: Callable[[], int], signals: Sequence[str] | None) -> int:
 
 
 def method_list() -> str:
-    return "Methods (key 'method'; `--method NAME --help` lists its keys):\n" + "\n".join(
-        f"  {name:12} {spec.summary}" for name, spec in METHODS.items()
-    )
+    """The registered methods, one line each (`hf_sentcl.recipe.parser.method_list`)."""
+    return registered_methods()
 
 
-def print_help(argv: list[str]) -> int:
+def print_help(argv: list[str], prog: str = RUN_PROG) -> int:
     """`RECIPE --help` or `--method NAME --help`: every key of the method with type, default and help (keys the
-    recipe sets also show its value); without a method, the usage and the methods."""
-    recipe = argv[0] if argv and not argv[0].startswith("--") else None
-    try:
-        values, _, _ = merged_values(recipe, argv[1:] if recipe else argv)
-        if "method" not in values:
-            print(f"{USAGE}\n\n{method_list()}")
-            return 0
-        method = str(values.pop("method"))
-        print(method_help(method, values))
-    except (RecipeError, KeyError) as err:
-        print(f"error: {err.args[0]}", file=sys.stderr)
-        return 2
-    return 0
+    recipe sets also show its value); without a method, the usage and the methods. The exit status."""
+    from hf_sentcl.cli import print_recipe_help
+
+    return print_recipe_help(argv, prog)

@@ -67,7 +67,8 @@ from hf_sentcl.recipe.metadata import non_default_settings
 from hf_sentcl.recipe.parser import Recipe, RecipeError, parse_recipe
 from hf_sentcl.recipe.run_folder import RunComplete
 
-USAGE = "usage: hf-sentcl sweep RECIPE.yaml --seeds 1,2,3 [--subset-sizes 10,100,...] [--key value ...]"
+#: the two sweeps' usage lines, in their errors and in `hf-sentcl sweep --help` (hf_sentcl/cli/sweep.py HELP)
+USAGE = "usage: hf-sentcl sweep RECIPE.yaml --seeds 1,2,3 [--key value ...]"
 FEWSHOT_USAGE = (
     "usage: hf-sentcl sweep RECIPE.yaml --subset-sizes 10,100,1000 --seeds 1,2,3 "
     "[--full-results RUN/results.json] [--key value ...]"

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 from datasets import Dataset
-from transformers import set_seed
+from transformers import PrinterCallback, TrainerCallback, set_seed
 from transformers.integrations import is_deepspeed_zero3_enabled, unset_hf_deepspeed_config
 
 from hf_sentcl.common.distributed import others_wait_for_main_process, world_size
@@ -23,7 +23,7 @@ from hf_sentcl.common.layout import (
     RUN_COMPLETE_JSON,
     results_json,
 )
-from hf_sentcl.common.logs import quiet_library_bars, watched
+from hf_sentcl.common.logs import quiet_library_bars, trainer_log_line, watched
 from hf_sentcl.common.preemption import Preempted, current_watch, set_phase
 from hf_sentcl.common.progress import phase
 from hf_sentcl.configs.arguments import eval_mixed_precision
@@ -245,8 +245,19 @@ def build_stage(recipe: Recipe) -> Stage:
         eval_bf16=eval_mixed_precision(recipe.data, args),
         guide=guide,
     )
+    if trainer.pop_callback(PrinterCallback) is not None:  # disable_tqdm (no terminal): the logs as numbers
+        trainer.add_callback(LogLinePrinter())
     return Stage(recipe, encoder, trainer, suites, dev_evaluator, data_dir, len(train_dataset), num_views,
                  data_cleaning=train_data.data_cleaning)
+
+
+class LogLinePrinter(TrainerCallback):
+    """Trainer's logs as printed lines of numbers (`trainer_log_line`), on the main process: replaces transformers'
+    PrinterCallback, which Trainer adds when disable_tqdm is set and which prints its floats as quoted strings."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_local_process_zero and logs:
+            print(trainer_log_line(logs), flush=True)
 
 
 def dev_dataset(dev_evaluator: STSEvaluator) -> Dataset:

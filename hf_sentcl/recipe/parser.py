@@ -17,17 +17,29 @@ import os
 import re
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from transformers import HfArgumentParser
 
-from hf_sentcl.configs import DataArguments, ModelArguments
 from hf_sentcl.methods import METHODS, get_method
 
-USAGE = "python -m hf_sentcl.run RECIPE.yaml [--key value ...] [--help]"
+if TYPE_CHECKING:
+    from hf_sentcl.configs import DataArguments, ModelArguments
+
+#: the program name of `python -m hf_sentcl.run`; `hf-sentcl train` passes its own (`recipe_usage`)
+RUN_PROG = "python -m hf_sentcl.run"
+
+
+def recipe_usage(prog: str = RUN_PROG) -> str:
+    """The usage line of the command `prog` that trains a recipe, as the user called it (`hf-sentcl train`,
+    `python -m hf_sentcl.run`)."""
+    return f"{prog} RECIPE.yaml [--key value ...] [--help]"
+
+
+USAGE = recipe_usage()
 
 
 RECIPE_ONLY_KEYS = ("method",)
@@ -84,11 +96,13 @@ class RecipeArgumentParser(HfArgumentParser):
     it inherits from, `transformers.TrainingArguments` last). Errors raise `RecipeError` instead of exiting.
     """
 
-    def __init__(self, method: str):
+    def __init__(self, method: str, prog: str = RUN_PROG):
+        from hf_sentcl.configs import DataArguments, ModelArguments  # imported here: they load torch
+
         spec = get_method(method)
         super().__init__(
-            prog="python -m hf_sentcl.run",
-            usage=USAGE,
+            prog=prog,
+            usage=recipe_usage(prog),
             description=f"Method '{method}' ({spec.config_class.__name__}): {spec.summary} Every key below goes in the "
             "recipe (key: value) or on the command line (--key value, which wins over the recipe).",
             formatter_class=_HelpFormatter,
@@ -231,15 +245,35 @@ def _conversion_message(key: str, action: argparse.Action, value: Any) -> str:
     return f"key '{key}' expects {action.metavar}, got {value!r} ({type(value).__name__})."
 
 
-def method_help(method: str, recipe_values: dict[str, Any] | None = None) -> str:
+def method_help(method: str, recipe_values: dict[str, Any] | None = None, prog: str = RUN_PROG) -> str:
     """The `--help` text of `method`: every key with its type, default and help; keys the recipe sets show the
-    recipe's value too."""
-    parser = RecipeArgumentParser(method)
+    recipe's value too. `prog`: the command as the user called it, for the usage line."""
+    parser = RecipeArgumentParser(method, prog)
     for key, value in (recipe_values or {}).items():
         action = parser.actions.get(key)
         if action is not None:
             action.help = f"{action.help} (default: %(default)s) [recipe: {str(value).replace('%', '%%')}]"
     return parser.format_help()
+
+
+def method_list() -> str:
+    """The registered methods, one line each: what `--help` shows before a method is chosen."""
+    return "Methods (key 'method'; `--method NAME --help` lists its keys):\n" + "\n".join(
+        f"  {name:12} {spec.summary}" for name, spec in METHODS.items()
+    )
+
+
+def recipe_help(argv: Sequence[str], prog: str = RUN_PROG) -> str:
+    """The text of `[RECIPE] [--key value ...] --help` (help flags already removed from `argv`): the method's keys
+    with their types, defaults and the recipe's values (`method_help`) when the recipe or `--method` names a method;
+    else the usage and the methods, which need no config class (so no torch). RecipeError for an unreadable recipe,
+    KeyError for an unknown method."""
+    recipe = argv[0] if argv and not argv[0].startswith("--") else None
+    values, _, _ = merged_values(recipe, argv[1:] if recipe else argv)
+    if "method" not in values:
+        return f"usage: {recipe_usage(prog)}\n\n{method_list()}"
+    method = str(values.pop("method"))
+    return method_help(method, values, prog)
 
 
 def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
@@ -288,22 +322,18 @@ def parse_recipe(recipe_path: str | os.PathLike | None, argv: Sequence[str] = ()
     except KeyError as err:
         raise RecipeError(f"{where}: {err.args[0]}") from err
 
+    def source_of(key: str) -> str:
+        return "command line" if key in cli else where
+
     unknown = [k for k in values if k not in parser.hints]
     # a mapping is a value only for a key whose type takes one (peft, accelerator_config, lr_scheduler_kwargs, ...)
     if nested := [k for k in unknown if isinstance(values[k], dict)]:
         raise RecipeError(
-            f"{where}: recipes are flat; key '{nested[0]}' holds a mapping but is not a key. Write its keys at top "
-            "level."
+            f"{source_of(nested[0])}: recipes are flat; key '{nested[0]}' holds a mapping but is not a key. Write its "
+            "keys at top level."
         )
     if unknown:
-        import difflib
-
-        hints = [difflib.get_close_matches(k, parser.hints, n=1) for k in unknown]
-        detail = "; ".join(f"'{k}'" + (f" (did you mean '{h[0]}'?)" if h else "") for k, h in zip(unknown, hints))
-        raise RecipeError(f"{where}: unknown key(s) {detail} for method '{method}'.")
-
-    def source_of(key: str) -> str:
-        return "command line" if key in cli else where
+        raise RecipeError(unknown_keys_message(unknown, str(method), parser.hints, cli, where))
 
     for key, value in values.items():
         if isinstance(value, str):
@@ -328,6 +358,45 @@ def parse_recipe(recipe_path: str | os.PathLike | None, argv: Sequence[str] = ()
             raise RecipeError(f"{source_of(key) if key else where}: {err}") from err
     return Recipe(method=str(method), model=built["model"], data=built["data"], training=built["training"],
                   source=where, explicit_keys=frozenset(values))
+
+
+def unknown_keys_message(
+    unknown: Sequence[str], method: str, known: Collection[str], cli: Collection[str], where: str
+) -> str:
+    """The error for keys that `method` does not have, one sentence per place they were written: the recipe file
+    (`where`: 'unknown key ...') and the command line (`cli`'s keys: 'unknown option --...'), so that a typo in an
+    override is not blamed on the file. Each key gets a "did you mean" among `known`, or, when it is a key of other
+    methods (`objective` on a SimCSE recipe), their names, and the message ends with how to choose that method."""
+    sentences, owners = [], []
+    for source, keys, option in ((where, [k for k in unknown if k not in cli], False),
+                                 ("command line", [k for k in unknown if k in cli], True)):
+        if keys:
+            details = [_unknown_key_detail(key, method, known, "--" if option else "", owners) for key in keys]
+            noun = ("option" if option else "key") + ("s" if len(keys) > 1 else "")
+            sentences.append(f"{source}: unknown {noun} {', '.join(details)} for method '{method}'.")
+    if owners:
+        which = "that method:" if len(owners) == 1 else "one of those methods, e.g."
+        sentences.append(f"To use a key of another method, choose {which} `method: {owners[0]}` in the recipe, or "
+                         f"`--method {owners[0]}` on the command line.")
+    return " ".join(sentences)
+
+
+def _unknown_key_detail(key: str, method: str, known: Collection[str], prefix: str, owners: list[str]) -> str:
+    """`'KEY' (a key of method 'M')` when other methods have it (added to `owners`), else `'KEY' (did you mean
+    'K'?)` with the closest of `known`, or `'KEY'` alone. `prefix`: '--' for a command-line option."""
+    import difflib
+
+    if others := [name for name in methods_with_key(key) if name != method]:
+        owners += [name for name in others if name not in owners]
+        return f"'{prefix}{key}' (a key of method{'s' if len(others) > 1 else ''} {', '.join(map(repr, others))})"
+    close = difflib.get_close_matches(key, known, n=1)
+    return f"'{prefix}{key}'" + (f" (did you mean '{prefix}{close[0]}'?)" if close else "")
+
+
+def methods_with_key(key: str) -> list[str]:
+    """The registered methods whose config class has the key `key` (the model and data keys are every method's)."""
+    return [name for name, spec in METHODS.items()
+            if key in {f.name for f in dataclasses.fields(spec.config_class) if f.init}]
 
 
 def merged_values(

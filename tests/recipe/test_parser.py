@@ -150,8 +150,8 @@ def test_cli_wrong_type_says_command_line(tmp_path):
 
 
 def test_cli_unknown_key_is_error(tmp_path):
-    """Unknown keys on the command line are rejected like unknown YAML keys."""
-    with pytest.raises(RecipeError, match="'learnin_rate'"):
+    """Unknown keys on the command line are rejected like unknown YAML keys, as the command line's options."""
+    with pytest.raises(RecipeError, match="command line: unknown option '--learnin_rate'"):
         parse_recipe(write(tmp_path, "method: simcse\n"), ["--learnin_rate", "1e-4"])
 
 
