@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 from datasets import Dataset
-from transformers import PrinterCallback, TrainerCallback, set_seed
+from transformers import PrinterCallback, ProgressCallback, TrainerCallback, set_seed
 from transformers.integrations import is_deepspeed_zero3_enabled, unset_hf_deepspeed_config
 
 from hf_sentcl.common.distributed import others_wait_for_main_process, world_size
@@ -245,8 +245,7 @@ def build_stage(recipe: Recipe) -> Stage:
         eval_bf16=eval_mixed_precision(recipe.data, args),
         guide=guide,
     )
-    if trainer.pop_callback(PrinterCallback) is not None:  # disable_tqdm (no terminal): the logs as numbers
-        trainer.add_callback(LogLinePrinter())
+    print_logs_as_numbers(trainer)
     return Stage(recipe, encoder, trainer, suites, dev_evaluator, data_dir, len(train_dataset), num_views,
                  data_cleaning=train_data.data_cleaning)
 
@@ -258,6 +257,24 @@ class LogLinePrinter(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if state.is_local_process_zero and logs:
             print(trainer_log_line(logs), flush=True)
+
+
+class NumbersProgressCallback(ProgressCallback):
+    """transformers' progress bars, with the logs written under them as numbers (`trainer_log_line`) rather than the
+    quoted strings ProgressCallback writes (`'loss': '1.327'`)."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_world_process_zero and self.training_bar is not None and logs:
+            self.training_bar.write(trainer_log_line(logs))
+
+
+def print_logs_as_numbers(trainer) -> None:
+    """Swap the Trainer's log printer for one that prints numbers: `LogLinePrinter` where there is no terminal
+    (disable_tqdm), `NumbersProgressCallback` under the progress bars."""
+    if trainer.pop_callback(PrinterCallback) is not None:
+        trainer.add_callback(LogLinePrinter())
+    if trainer.pop_callback(ProgressCallback) is not None:
+        trainer.add_callback(NumbersProgressCallback())
 
 
 def dev_dataset(dev_evaluator: STSEvaluator) -> Dataset:

@@ -68,3 +68,28 @@ def test_push_without_the_export_is_refused_before_work(tmp_path, tiny_bert_dir,
                "--push_to_hub", "true", "--hub_model_id", "org/name")
     assert done.returncode == exits.BAD_INPUT, done.stderr[-3000:]
     assert "export is false" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_trainer_logs_print_numbers_with_and_without_a_terminal(capsys):
+    """Under the progress bars and without them, the logs are numbers (`'loss': 1.327`), not quoted strings."""
+    from types import SimpleNamespace
+
+    from transformers import PrinterCallback, ProgressCallback
+
+    from hf_sentcl.pipeline.train import LogLinePrinter, NumbersProgressCallback, print_logs_as_numbers
+
+    callbacks = [PrinterCallback(), ProgressCallback()]
+    trainer = SimpleNamespace(pop_callback=lambda kind: next((c for c in callbacks if isinstance(c, kind)), None),
+                              add_callback=callbacks.append)
+    print_logs_as_numbers(trainer)
+    assert any(isinstance(c, LogLinePrinter) for c in callbacks)
+    assert any(isinstance(c, NumbersProgressCallback) for c in callbacks)
+    state = SimpleNamespace(is_world_process_zero=True, is_local_process_zero=True)
+    logs = {"loss": 1.32712, "grad_norm": 8.8581, "total_flos": 3.0}
+    written = []
+    bar = NumbersProgressCallback()
+    bar.training_bar = SimpleNamespace(write=written.append)
+    bar.on_log(None, state, None, logs=logs)
+    LogLinePrinter().on_log(None, state, None, logs=logs)
+    assert written == ["{'loss': 1.327, 'grad_norm': 8.858}"]
+    assert capsys.readouterr().out.strip() == "{'loss': 1.327, 'grad_norm': 8.858}"
