@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 from datasets import Dataset
-from transformers import PrinterCallback, ProgressCallback, TrainerCallback, set_seed
+from transformers import set_seed
 from transformers.integrations import is_deepspeed_zero3_enabled, unset_hf_deepspeed_config
 
 from hf_sentcl.common.distributed import others_wait_for_main_process, world_size
@@ -23,7 +23,7 @@ from hf_sentcl.common.layout import (
     RUN_COMPLETE_JSON,
     results_json,
 )
-from hf_sentcl.common.logs import quiet_library_bars, trainer_log_line, watched
+from hf_sentcl.common.logs import quiet_library_bars, watched
 from hf_sentcl.common.preemption import Preempted, current_watch, set_phase
 from hf_sentcl.common.progress import phase
 from hf_sentcl.configs.arguments import eval_mixed_precision
@@ -51,6 +51,7 @@ from hf_sentcl.recipe.checks import checked
 from hf_sentcl.recipe.metadata import run_metadata
 from hf_sentcl.recipe.parallelism import describe_parallelism, effective_parallelism
 from hf_sentcl.recipe.parser import Recipe
+from hf_sentcl.trainers.callbacks import print_logs_as_numbers
 from hf_sentcl.trainers.guide import Guide
 
 logger = logging.getLogger("hf_sentcl")
@@ -248,33 +249,6 @@ def build_stage(recipe: Recipe) -> Stage:
     print_logs_as_numbers(trainer)
     return Stage(recipe, encoder, trainer, suites, dev_evaluator, data_dir, len(train_dataset), num_views,
                  data_cleaning=train_data.data_cleaning)
-
-
-class LogLinePrinter(TrainerCallback):
-    """Trainer's logs as printed lines of numbers (`trainer_log_line`), on the main process: replaces transformers'
-    PrinterCallback, which Trainer adds when disable_tqdm is set and which prints its floats as quoted strings."""
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if state.is_local_process_zero and logs:
-            print(trainer_log_line(logs), flush=True)
-
-
-class NumbersProgressCallback(ProgressCallback):
-    """transformers' progress bars, with the logs written under them as numbers (`trainer_log_line`) rather than the
-    quoted strings ProgressCallback writes (`'loss': '1.327'`)."""
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if state.is_world_process_zero and self.training_bar is not None and logs:
-            self.training_bar.write(trainer_log_line(logs))
-
-
-def print_logs_as_numbers(trainer) -> None:
-    """Swap the Trainer's log printer for one that prints numbers: `LogLinePrinter` where there is no terminal
-    (disable_tqdm), `NumbersProgressCallback` under the progress bars."""
-    if trainer.pop_callback(PrinterCallback) is not None:
-        trainer.add_callback(LogLinePrinter())
-    if trainer.pop_callback(ProgressCallback) is not None:
-        trainer.add_callback(NumbersProgressCallback())
 
 
 def dev_dataset(dev_evaluator: STSEvaluator) -> Dataset:

@@ -11,7 +11,9 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import TrainerCallback
+from transformers import PrinterCallback, ProgressCallback, TrainerCallback
+
+from hf_sentcl.common.logs import trainer_log_line
 
 _CLEAR_REFS = Path("/proc/self/clear_refs")
 _STATUS = Path("/proc/self/status")
@@ -175,3 +177,30 @@ class PreemptionCallback(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         if self._agreed():  # this step's checkpoint is complete: stop without another one
             self._stop(state, control, save=False)
+
+
+class LogLinePrinter(TrainerCallback):
+    """Trainer's logs as printed lines of numbers (`trainer_log_line`), on the main process: replaces transformers'
+    PrinterCallback, which Trainer adds when disable_tqdm is set and which prints its floats as quoted strings."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_local_process_zero and logs:
+            print(trainer_log_line(logs), flush=True)
+
+
+class NumbersProgressCallback(ProgressCallback):
+    """transformers' progress bars, with the logs written under them as numbers (`trainer_log_line`) rather than the
+    quoted strings ProgressCallback writes (`'loss': '1.327'`)."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_world_process_zero and self.training_bar is not None and logs:
+            self.training_bar.write(trainer_log_line(logs))
+
+
+def print_logs_as_numbers(trainer) -> None:
+    """Swap the Trainer's log printer for one that prints numbers: `LogLinePrinter` where there is no terminal
+    (disable_tqdm), `NumbersProgressCallback` under the progress bars."""
+    if trainer.pop_callback(PrinterCallback) is not None:
+        trainer.add_callback(LogLinePrinter())
+    if trainer.pop_callback(ProgressCallback) is not None:
+        trainer.add_callback(NumbersProgressCallback())

@@ -76,7 +76,7 @@ def test_trainer_logs_print_numbers_with_and_without_a_terminal(capsys):
 
     from transformers import PrinterCallback, ProgressCallback
 
-    from hf_sentcl.pipeline.train import LogLinePrinter, NumbersProgressCallback, print_logs_as_numbers
+    from hf_sentcl.trainers.callbacks import LogLinePrinter, NumbersProgressCallback, print_logs_as_numbers
 
     callbacks = [PrinterCallback(), ProgressCallback()]
     trainer = SimpleNamespace(pop_callback=lambda kind: next((c for c in callbacks if isinstance(c, kind)), None),
