@@ -112,7 +112,7 @@ def write_export(encoder: SentenceEncoder, folder: str | Path) -> ExportPlan:
             similarity_fn_name="cosine",
         )
         model.save(str(folder), create_model_card=False)
-    logger.info("Exported the encoder to %s (%s)", folder, plan.describe())
+    logger.debug("Export written to %s (%s)", folder, plan.describe())  # a staging folder: callers name the final one
     return plan
 
 
