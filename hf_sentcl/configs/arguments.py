@@ -294,6 +294,16 @@ class SentCLTrainingArguments(TrainingArguments):
         },
     )
     push_to_hub: bool = field(default=False, metadata={"help": "Upload the exported encoder at the end."})
+    license: str | None = field(
+        default=None,
+        metadata={"help": "License of the trained model for its card's metadata and MTEB files: a Hub license id "
+                  "(apache-2.0, mit, cc-by-4.0, ...) or a URL. Default: none stated."},
+    )
+    language: list[str] | None = field(
+        default=None,
+        metadata={"help": "Language(s) of the model for its card's metadata, ISO codes, e.g. [en]. Default: the base "
+                  "model card's."},
+    )
     export: bool = field(
         default=True,
         metadata={

@@ -61,6 +61,22 @@ def mteb_available() -> bool:
     return find_spec("mteb") is not None
 
 
+def license_problem(license_id: str) -> str | None:
+    """Why `license_id` is not a license the Hub and mteb's `ModelMeta.license` accept (a Hub license id such as
+    'apache-2.0', or a URL), or None; None also without mteb, which holds the list."""
+    if not mteb_available():
+        return None
+    from mteb.models import ModelMeta
+    from pydantic import TypeAdapter, ValidationError
+
+    try:
+        TypeAdapter(ModelMeta.model_fields["license"].annotation).validate_python(license_id)
+    except ValidationError:
+        return (f"'{license_id}' is not a license mteb knows: give a Hub license id (e.g. apache-2.0, mit, cc-by-4.0) "
+                "or a URL to the license.")
+    return None
+
+
 def mteb_data_problem(data_dir: str | os.PathLike | None) -> str | None:
     """Why the STS data in `data_dir` cannot stand for MTEB's STS tasks, or None when it is SentEval's own copy.
 

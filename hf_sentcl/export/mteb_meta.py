@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from hf_sentcl.evaluation.mteb import license_problem
 from hf_sentcl.evaluation.report import read_json
 from hf_sentcl.export.plan import ExportError
 
@@ -71,18 +72,10 @@ def embedding_parameters(export_dir: str | os.PathLike) -> int | None:
 
 
 def check_license(license_id: str | None) -> None:
-    """ValueError unless mteb's `ModelMeta.license` accepts `license_id` (a Hub license id such as 'apache-2.0',
-    or a URL); checked before any work, so a typo does not surface after the export."""
-    from mteb.models import ModelMeta
-    from pydantic import TypeAdapter, ValidationError
-
-    try:
-        TypeAdapter(ModelMeta.model_fields["license"].annotation).validate_python(license_id)
-    except ValidationError:
-        raise ValueError(
-            f"--license '{license_id}' is not a license mteb knows: give a Hub license id (e.g. apache-2.0, mit, "
-            "cc-by-4.0) or a URL to the license."
-        ) from None
+    """ValueError unless mteb's `ModelMeta.license` accepts `license_id` (`license_problem`); checked before any work,
+    so a typo does not surface after the export."""
+    if problem := license_problem(str(license_id)):
+        raise ValueError(f"--license {problem}")
 
 
 def build_model_meta(

@@ -179,6 +179,11 @@ def _size(count: int) -> str:
     return f"{count / 2**30:.2f} GiB" if count >= 2**30 else f"{count / 2**20:.1f} MiB"
 
 
+def card_language(codes: list[str] | None) -> str | list[str] | None:
+    """A recipe's `language` for the card's metadata: one code as itself, several as a list, none as None."""
+    return codes[0] if codes and len(codes) == 1 else codes or None
+
+
 def publish_run(encoder, results: dict[str, Any], args, api: HubApi | None = None) -> dict[str, Any]:
     """End of a recipe run: export to `output_dir/export` with the model card (and the mteb results folder), then
     push the export when `args.push_to_hub`. A failed export (a diverged or collapsed model: nothing is written; a
@@ -187,7 +192,8 @@ def publish_run(encoder, results: dict[str, Any], args, api: HubApi | None = Non
     the `hf-sentcl export` command that redoes it; a push error (after the retries of transient failures) the
     `hf-sentcl push` command that pushes the export again, and the export is intact."""
     try:
-        export_dir, _plan = export_run(encoder, results, args.output_dir, repo_id=args.hub_model_id)
+        export_dir, _plan = export_run(encoder, results, args.output_dir, repo_id=args.hub_model_id,
+                                       license_id=args.license, language=card_language(args.language))
     except ExportError as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         return {"export_error": str(err)}

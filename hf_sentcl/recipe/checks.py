@@ -7,6 +7,7 @@ from pathlib import Path
 
 from hf_sentcl.data.checks import count_train_examples
 from hf_sentcl.data.corpus import check_train_columns, check_train_file, text_sources
+from hf_sentcl.evaluation.mteb import license_problem
 from hf_sentcl.evaluation.suites import check_suites, suite_settings
 from hf_sentcl.evaluation.transfer import check_transfer_files
 from hf_sentcl.hub.download import resolve_data_dir
@@ -74,10 +75,7 @@ def validate_recipe(recipe: Recipe) -> None:
     data_dir = resolve_data_dir(recipe.data.sts_data_dir)
     if "transfer" in recipe.data.eval_tasks:
         check_transfer_files(data_dir)
-    try:
-        check_hub_settings(recipe.training)
-    except HubError as err:
-        raise RecipeError(f"{recipe.source}: {err}") from None
+    check_publishing(recipe)
     check_train_text(recipe, negatives_batch)  # last: it reads the whole file
 
 
@@ -111,6 +109,16 @@ def check_stage_plugins(recipe: Recipe, stages: list[Recipe]) -> None:
             mode = getattr(recipe.training, "supervised_mode", None)
             chain = f" that supervised_mode '{mode}' chains" if mode else f" of method '{recipe.method}'"
             raise RecipeError(f"{recipe.source}: stage {number} of the {len(stages)}{chain}: {err}") from None
+
+
+def check_publishing(recipe: Recipe) -> None:
+    """What the export's card and the push need: a license the Hub and mteb know, the Hub settings and a token."""
+    if recipe.training.license and (problem := license_problem(recipe.training.license)):
+        raise RecipeError(f"{recipe.source}: key 'license': {problem}")
+    try:
+        check_hub_settings(recipe.training)
+    except HubError as err:
+        raise RecipeError(f"{recipe.source}: {err}") from None
 
 
 def check_backbone(recipe: Recipe) -> None:
