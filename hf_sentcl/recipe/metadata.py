@@ -69,7 +69,7 @@ def _default_values(group: Any) -> dict[str, Any]:
 def non_default_settings(recipe: Recipe) -> dict[str, Any]:
     """Recipe settings that differ from the dataclass defaults (the method name first), for the model card.
 
-    Local paths, Hub settings and token fields are left out; `train_file` is reduced to its file name.
+    Local paths, Hub settings and token fields are left out; a local `train_file` is reduced to its file name.
     """
     settings: dict[str, Any] = {"method": recipe.method}
     for group in (recipe.model, recipe.data, recipe.training):
@@ -80,8 +80,14 @@ def non_default_settings(recipe: Recipe) -> dict[str, Any]:
             value = getattr(group, f.name)
             if f.name in defaults and _plain(defaults[f.name]) == _plain(value):
                 continue
-            settings[f.name] = Path(value).name if f.name == "train_file" and value else _plain(value)
+            settings[f.name] = public_file_name(value) if f.name == "train_file" and value else _plain(value)
     return settings
+
+
+def public_file_name(path: str) -> str:
+    """A training file as a card may name it: an `hf://` address whole (public, and the card's `datasets:` reads
+    the dataset id from it), a local file by its name alone (its folders are nobody else's business)."""
+    return path if str(path).startswith("hf://") else Path(os.path.expandvars(path)).name
 
 
 def training_data_summary(recipe: Recipe, num_examples: int | None, text_columns: Sequence[str]) -> dict[str, Any]:
@@ -93,7 +99,7 @@ def training_data_summary(recipe: Recipe, num_examples: int | None, text_columns
     if own_data is not None:
         source, name = own_data.source_key, own_data.source.description
     elif data.train_file is not None:
-        source, name = "train_file", Path(os.path.expandvars(data.train_file)).name
+        source, name = "train_file", public_file_name(data.train_file)
         provenance = read_provenance(data.train_file)
         if MTEB_DATASETS_KEY in provenance:
             declared[MTEB_DATASETS_KEY] = provenance[MTEB_DATASETS_KEY]

@@ -5,6 +5,7 @@ export finds its run's history; and a push leaves the card's internal inputs fil
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 from fake_hub import TOKEN, FakeHub
@@ -229,3 +230,21 @@ def test_push_leaves_the_card_inputs_out(online, export_dir):
     (commit,) = hub.commits
     assert CARD_INPUTS not in commit.files and "README.md" in commit.files and "model.safetensors" in commit.files
     assert sorted(commit.files) == sorted(f.path for f in result.files)
+
+
+def test_a_hub_training_file_keeps_its_dataset_id_on_the_card(tmp_path):
+    """The quickstart's `train_file: hf://datasets/princeton-nlp/...`: the results keep the address whole, so the
+    card's `datasets:` names the Hub dataset (a local file would be named by its file name alone)."""
+    from hf_sentcl.export.results import training_datasets
+    from hf_sentcl.recipe.metadata import non_default_settings, training_data_summary
+    from hf_sentcl.recipe.parser import parse_recipe
+
+    quickstart = Path(__file__).resolve().parents[2] / "recipes" / "quickstart.yaml"
+    recipe = parse_recipe(quickstart, ["--output_dir", str(tmp_path / "out"), "--use_cpu", "true"])
+    summary = training_data_summary(recipe, 4096, ("text",))
+    assert summary["name"] == "hf://datasets/princeton-nlp/datasets-for-simcse/wiki1m_for_simcse.txt"
+    assert training_datasets({"training_data": summary}) == ["princeton-nlp/datasets-for-simcse"]
+    assert non_default_settings(recipe)["train_file"] == summary["name"]
+    local = parse_recipe(quickstart, ["--output_dir", str(tmp_path / "o2"), "--use_cpu", "true",
+                                                     "--train_file", str(tmp_path / "data" / "mine.txt")])
+    assert training_data_summary(local, 1, ("text",))["name"] == "mine.txt"
