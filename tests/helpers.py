@@ -289,6 +289,27 @@ def write_recipe(tmp_path, **values):
     return path
 
 
+#: a tiny SimCSE run on one CPU, what the run-level tests (signals, job script, nodes, progress) start from
+TINY_SIMCSE = {
+    "method": "simcse", "global_train_batch_size": 4, "max_seq_length": 16, "max_steps": 8, "save_steps": 4,
+    "eval_steps": 4, "logging_steps": 1, "learning_rate": "1e-3", "use_cpu": "true", "seed": 0,
+    "eval_before_training": "false", "eval_tasks": "[sts]",
+}
+
+
+def tiny_simcse_recipe(folder: Path, model_dir: Path, senteval_dir: Path, *, corpus_lines: int = 64,
+                       corpus_seed: int = 7, **changes) -> Path:
+    """`folder/recipe.yaml`: `TINY_SIMCSE` on `model_dir`, a corpus of random sentences and the SentEval layout
+    `senteval_dir`, with `changes` over it."""
+    corpus = folder / "train.txt"
+    corpus.write_text("\n".join(random_sentences(corpus_lines, seed=corpus_seed)) + "\n")
+    values = {**TINY_SIMCSE, "model_name_or_path": model_dir, "train_file": corpus, "sts_data_dir": senteval_dir,
+              **changes}
+    path = folder / "recipe.yaml"
+    path.write_text("".join(f"{k}: {v}\n" for k, v in values.items()))
+    return path
+
+
 def write_tiny_glue(root, n=48):
     """SST/binary, MRPC and STSBenchmark files in SentEval's formats; SST labels follow the first word (learnable)."""
     sentences = random_sentences(3 * n, seed=11)

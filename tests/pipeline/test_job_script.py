@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import random_sentences
+from helpers import tiny_simcse_recipe
 from launching import CONFIGS, REPO, free_port, launch_env
 
 from hf_sentcl.common.layout import PREEMPTED_JSON, RUN_COMPLETE_JSON
@@ -99,17 +99,7 @@ def event_time(timeline: dict, name: str) -> float | None:
 
 
 def write_recipe(tmp_path: Path, tiny_bert_dir: Path, senteval_dir: Path) -> Path:
-    corpus = tmp_path / "train.txt"
-    corpus.write_text("\n".join(random_sentences(64, seed=7)) + "\n")
-    values = {
-        "method": "simcse", "model_name_or_path": tiny_bert_dir, "train_file": corpus, "sts_data_dir": senteval_dir,
-        "global_train_batch_size": 4, "max_seq_length": 16, "max_steps": 14, "save_steps": 4, "eval_steps": 4,
-        "logging_steps": 1, "learning_rate": "1e-3", "use_cpu": "true", "seed": 0, "eval_before_training": "false",
-        "eval_tasks": "[sts]",
-    }
-    path = tmp_path / "recipe.yaml"
-    path.write_text("".join(f"{k}: {v}\n" for k, v in values.items()))
-    return path
+    return tiny_simcse_recipe(tmp_path, tiny_bert_dir, senteval_dir, max_steps=14)
 
 
 def test_the_documented_job_script_keeps_its_checkpoint_through_preemption_and_the_time_limit(

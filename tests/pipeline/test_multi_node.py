@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import random_sentences
+from helpers import tiny_simcse_recipe
 from launching import CONFIGS, REPO, export_weights, free_port, launch_env, max_difference
 from safetensors.torch import load_file
 
@@ -40,17 +40,8 @@ def can_unshare() -> bool:
 
 
 def write_recipe(tmp_path: Path, tiny_bert_dir: Path, senteval_dir: Path, **changes) -> Path:
-    corpus = tmp_path / "train.txt"
-    corpus.write_text("\n".join(random_sentences(64, seed=7)) + "\n")
-    values = {
-        "method": "simcse", "model_name_or_path": tiny_bert_dir, "train_file": corpus, "sts_data_dir": senteval_dir,
-        "global_train_batch_size": 4, "max_seq_length": 16, "max_steps": 12, "save_steps": 4, "eval_steps": 4,
-        "logging_steps": 1, "use_cpu": "true", "seed": 0, "eval_before_training": "false", "eval_tasks": "[sts]",
-        "resume_from_checkpoint": "auto", **FP32, **changes,
-    }
-    path = tmp_path / f"recipe-{len(changes)}.yaml"
-    path.write_text("".join(f"{k}: {v}\n" for k, v in values.items()))
-    return path
+    return tiny_simcse_recipe(tmp_path, tiny_bert_dir, senteval_dir, max_steps=12, resume_from_checkpoint="auto",
+                              **FP32, **changes)
 
 
 def node_command(rank: int, port: int, recipe: Path, output: Path, private: Path | None, per_node: int = 1
@@ -147,13 +138,19 @@ def test_two_nodes_preempted_and_requeued_train_as_one_process(disks, per_node, 
     assert [status for status, _ in again] == [exits.OK, exits.OK] and "nothing to do" in again[0][1], again
 
 
-def test_node_local_disks_without_a_copy_on_each_node_are_refused(tmp_path, tiny_bert_dir, senteval_dir):
+def node_local_folders(tmp_path: Path) -> tuple[Path, Path, list[Path]]:
+    """The shared output path, the probe folder and each node's private disk (skips without mount namespaces)."""
     if not can_unshare():
         pytest.skip("no mount namespaces here (unshare -m)")
     output, probes = tmp_path / "out", tmp_path / "probes"
     privates = [tmp_path / "node0", tmp_path / "node1"]
     for folder in (output, probes, *privates):
         folder.mkdir()
+    return output, probes, privates
+
+
+def test_node_local_disks_without_a_copy_on_each_node_are_refused(tmp_path, tiny_bert_dir, senteval_dir):
+    output, probes, privates = node_local_folders(tmp_path)
     results = launch_nodes(write_recipe(tmp_path, tiny_bert_dir, senteval_dir), output, probes, privates)
     for status, out in results:
         assert status != 0 and "is not shared between the nodes" in out and "save_on_each_node: true" in out, out
@@ -161,12 +158,7 @@ def test_node_local_disks_without_a_copy_on_each_node_are_refused(tmp_path, tiny
 
 
 def test_a_node_that_lost_its_checkpoints_is_named_and_both_refuse(tmp_path, tiny_bert_dir, senteval_dir):
-    if not can_unshare():
-        pytest.skip("no mount namespaces here (unshare -m)")
-    output, probes = tmp_path / "out", tmp_path / "probes"
-    privates = [tmp_path / "node0", tmp_path / "node1"]
-    for folder in (output, probes, *privates):
-        folder.mkdir()
+    output, probes, privates = node_local_folders(tmp_path)
     recipe = write_recipe(tmp_path, tiny_bert_dir, senteval_dir, save_on_each_node="true")
     launch_nodes(recipe, output, probes, privates, stop_at="step-5.0")
     assert list(privates[1].glob("checkpoint-*"))

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import random_sentences
+from helpers import tiny_simcse_recipe
 from launching import REPO, launch_env
 
 from hf_sentcl.common import exits
@@ -19,15 +19,9 @@ pytestmark = pytest.mark.slow
 
 
 def write_recipe(tmp_path: Path, tiny_bert_dir: Path, senteval_dir: Path, **changes) -> Path:
-    corpus = tmp_path / "train.txt"
-    corpus.write_text("\n".join(random_sentences(32, seed=3)) + "\n")
-    values = {"method": "simcse", "model_name_or_path": tiny_bert_dir, "train_file": corpus,
-              "sts_data_dir": senteval_dir, "global_train_batch_size": 4, "max_seq_length": 16, "max_steps": 2,
-              "save_steps": 2, "eval_steps": 2, "use_cpu": "true", "eval_tasks": "[sts]",
-              "eval_before_training": "true", **changes}
-    path = tmp_path / "recipe.yaml"
-    path.write_text("".join(f"{k}: {v}\n" for k, v in values.items()))
-    return path
+    return tiny_simcse_recipe(tmp_path, tiny_bert_dir, senteval_dir, corpus_lines=32, corpus_seed=3,
+                              **{"max_steps": 2, "save_steps": 2, "eval_steps": 2, "eval_before_training": "true",
+                                 **changes})
 
 
 def run(recipe: Path, output: Path, *overrides: str) -> subprocess.CompletedProcess:

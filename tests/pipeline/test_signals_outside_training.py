@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import random_sentences
+from helpers import tiny_simcse_recipe
 from launching import REPO, accelerate_launcher, launch_env
 
 from hf_sentcl.common import exits
@@ -35,17 +35,7 @@ PROBE = REPO / "tests" / "pipeline" / "phase_probe.py"
 
 
 def recipe(tmp_path: Path, tiny_bert_dir: Path, senteval_dir: Path, **changes) -> Path:
-    corpus = tmp_path / "train.txt"
-    corpus.write_text("\n".join(random_sentences(64, seed=7)) + "\n")
-    values = {
-        "method": "simcse", "model_name_or_path": tiny_bert_dir, "train_file": corpus, "sts_data_dir": senteval_dir,
-        "global_train_batch_size": 4, "max_seq_length": 16, "max_steps": 8, "save_steps": 4, "eval_steps": 4,
-        "logging_steps": 1, "learning_rate": "1e-3", "use_cpu": "true", "seed": 0, "eval_before_training": "false",
-        "eval_tasks": "[sts]", "resume_from_checkpoint": "auto", **changes,
-    }
-    path = tmp_path / "recipe.yaml"
-    path.write_text("".join(f"{k}: {v}\n" for k, v in values.items()))
-    return path
+    return tiny_simcse_recipe(tmp_path, tiny_bert_dir, senteval_dir, resume_from_checkpoint="auto", **changes)
 
 
 def start(command: list[str], probes: Path | None = None, pause: str = "", pause_s: float = 0.0) -> subprocess.Popen:
