@@ -2,14 +2,30 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import os
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from hf_sentcl.modeling import SentenceEncoder, SentenceEncoderConfig
 
 __version__ = "0.1.0"
 
-__all__ = ["SentenceEncoder", "SentenceEncoderConfig", "__version__"]
+__all__ = ["SentenceEncoder", "SentenceEncoderConfig", "__version__", "train"]
+
+
+def train(recipe: str | os.PathLike | None = None, **settings: Any) -> dict[str, Any]:
+    """Train, evaluate and export as a recipe says, from Python (a notebook): `recipe` is a YAML file (None: the
+    `settings` alone, which must then name the `method`), `settings` its keys as keyword arguments over it, e.g.
+    `train("recipes/quickstart.yaml", max_steps=16, output_dir="outputs/nb")`. The same checks as the command line
+    run first (`RecipeError` naming the key at fault); returns what results.json holds."""
+    from hf_sentcl.pipeline.train import run
+    from hf_sentcl.recipe.parser import parse_recipe
+    from hf_sentcl.recipe.run_lock import release_output_dirs
+
+    try:
+        return run(parse_recipe(recipe, **settings))
+    finally:
+        release_output_dirs()  # another process may train into the folder once this run is over
 
 
 def __getattr__(name: str):
