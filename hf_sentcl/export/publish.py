@@ -193,7 +193,8 @@ def publish_run(encoder, results: dict[str, Any], args, api: HubApi | None = Non
     `hf-sentcl push` command that pushes the export again, and the export is intact."""
     try:
         export_dir, _plan = export_run(encoder, results, args.output_dir, repo_id=args.hub_model_id,
-                                       license_id=args.license, language=card_language(args.language))
+                                       license_id=getattr(args, "license", None),
+                                       language=card_language(getattr(args, "language", None)))
     except ExportError as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         return {"export_error": str(err)}

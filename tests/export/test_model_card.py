@@ -152,7 +152,8 @@ def test_non_default_settings_hide_paths_and_tokens(tmp_path, repo_root):
          "--learning_rate", "1e-5"],
     )
     settings = non_default_settings(recipe)
-    assert settings["learning_rate"] == 1e-5 and settings["train_file"] == "wiki1m_for_simcse.txt"
+    assert settings["learning_rate"] == 1e-5  # a Hub train_file stays whole (public); a local one by its name alone
+    assert settings["train_file"] == "hf://datasets/princeton-nlp/datasets-for-simcse/wiki1m_for_simcse.txt"
     assert settings["max_train_samples"] == 4096 and settings["method"] == "simcse"
     assert "temperature" not in settings and "per_device_train_batch_size" not in settings  # at their defaults
     assert not {"output_dir", "hub_token", "hub_model_id"} & set(settings)
