@@ -121,9 +121,8 @@ def decide_outcome(views: list[ProcessView], recipe: Recipe, own_error: Exceptio
             f"{', '.join(lacking)}: the nodes' disks disagree. Use the same disks as the run's first launch, or a "
             "file system every node mounts."
         )
-    if complete:
-        raise RunComplete(complete[0].message, failed=complete[0].failed) if not isinstance(
-            own_error, RunComplete) else own_error
+    if complete:  # finished on every process: each says so with its own words
+        raise own_error
     check_sharing(views, recipe)
 
 
