@@ -31,10 +31,10 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile, record_function
 from transformers import Trainer, TrainerCallback, set_seed
 
-from hf_sentcl.methods import get_method
 from hf_sentcl.modeling import SentenceEncoder
 from hf_sentcl.pipeline.build import build_encoder, build_train_dataset
 from hf_sentcl.recipe.parser import Recipe
+from hf_sentcl.registry import get_method
 from hf_sentcl.trainers.callbacks import TrainingCostCallback
 
 MIB = 2**20

@@ -87,7 +87,12 @@ def train_files(tmp_path):
         writer = csv.writer(f)
         writer.writerow(["premise", "hypothesis", "label"])
         writer.writerows((a, b, i % 3) for i, (a, b) in enumerate(zip(rows[:32], rows[32:64])))
-    return {"text": text, "triplets": triplets, "nli": nli}
+    scored = tmp_path / "scored.csv"
+    with scored.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["sent0", "sent1", "score"])
+        writer.writerows((a, b, i % 6) for i, (a, b) in enumerate(zip(rows[:32], rows[32:64])))
+    return {"text": text, "triplets": triplets, "nli": nli, "scored": scored}
 
 
 @pytest.fixture

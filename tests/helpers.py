@@ -17,6 +17,7 @@ from hf_sentcl.evaluation import transfer
 from hf_sentcl.evaluation.glue import MRPC_DEV_SIZE
 from hf_sentcl.pipeline.train import build_stage
 from hf_sentcl.recipe.parser import parse_recipe
+from hf_sentcl.registry import METHODS
 
 SPECIAL_BERT = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
@@ -426,7 +427,8 @@ def batch_of(encoder, sentences=SENTENCES):
     return encoder.tokenizer(sentences, padding=True, return_tensors="pt")
 
 
-#: recipe keys of each method's fp16 run (beyond the common ones in `recipe_values`)
+#: recipe keys of each method's fp16 run (beyond the common ones in `recipe_values`); every registered method has one
+#: (tests/methods/test_registry.py)
 METHOD_SETTINGS = {
     "simcse": dict(method="simcse"),
     "simcse_sup": dict(method="simcse_sup"),
@@ -439,6 +441,7 @@ METHOD_SETTINGS = {
     "byop": dict(method="consert", perturbation="p+", margin=0.1, pooling="mean", head="none"),
     "cached": dict(method="simcse", mini_batch_size=4),
     "clear_cached": dict(method="clear", augmentation="del_word", pooling="cls", head="none", mini_batch_size=4),
+    "angle": dict(method="angle", cosine_weight=0.5, angle_weight=0.3),
 }
 
 
@@ -450,7 +453,9 @@ def recipe_values(name, model_dir, data_dir, out_dir, files, **overrides):
         seed=0, max_seq_length=32, fp16=True, warmup_steps=0,
     )
     values.update(METHOD_SETTINGS[name])
-    if values["method"] == "simcse_sup":
+    if METHODS[values["method"]].score_column:
+        values["train_file"] = str(files["scored"])
+    elif values["method"] == "simcse_sup":
         values["train_file"] = str(files["triplets"])
     elif values.get("supervised_mode") == "joint":
         values["nli_source"] = str(files["nli"])

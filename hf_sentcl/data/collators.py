@@ -76,3 +76,17 @@ class ViewCollator:
             key: value.view(self.num_views, batch, -1).transpose(0, 1).contiguous()
             for key, value in (("input_ids", input_ids), ("attention_mask", attention_mask))
         }
+
+
+@dataclass
+class LabelledViewCollator(ViewCollator):
+    """`ViewCollator` that also returns each example's label as a `labels` tensor of shape (batch,): class indices
+    (NLI, `torch.long`) or scores (`torch.float32`, a method's `score_column`)."""
+
+    label_column: str = "labels"
+    label_dtype: torch.dtype = torch.long
+
+    def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
+        batch = super().__call__(features)
+        batch["labels"] = torch.tensor([f[self.label_column] for f in features], dtype=self.label_dtype)
+        return batch

@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from datasets import Dataset, Features, Value, load_dataset
@@ -91,13 +93,17 @@ def check_train_columns(
     optional_columns: tuple[str, ...] = (),
     text_column: str = "text",
     reader: str = "the method",
+    score_column: str | None = None,
 ) -> None:
     """Before any model loads: the local training file `path` has the columns the method reads (`method_columns`,
-    from the header its scan read: a .txt file's one column is `text`). A .json(l) file's keys are only known to
-    its reader, so they are checked when it loads, by the same rule."""
+    from the header its scan read: a .txt file's one column is `text`), and a number in its `score_column` on every
+    row (`float_scores`). A .json(l) file's keys are only known to its reader, so they are checked when it loads, by
+    the same rules."""
     scan = scan_data_file(path)
     if scan.format in ("text", "csv"):
         method_columns(f"train_file '{path}'", scan.header, text_columns, optional_columns, text_column, reader)
+    if scan.format == "csv" and score_column is not None:
+        float_scores(load_data_file(path, scan), score_column, f"train_file '{path}'", first_line=2)
 
 
 #: the recipe keys that name training text; a recipe sets one of them
@@ -233,6 +239,27 @@ def _raw_training_data(data_args: DataArguments, text_columns: tuple[str, ...]) 
     return dataset, f"dataset '{data_args.dataset_name}'", None
 
 
+def float_scores(dataset: Dataset, column: str, source: str, first_line: int | None = None) -> list[float]:
+    """The values of a numeric `column` (a method's `score_column`, e.g. a gold similarity) as floats; ValueError
+    naming the source, the column and the first value that is not a finite number (table cells are read as text).
+    With `first_line` (a file's rows as read: the line of row 0) rows are named by line and blank cells pass (the
+    loader drops such rows and counts them); otherwise by example number."""
+    scores = []
+    for row, value in enumerate(dataset[column]):
+        if first_line is not None and (value is None or not str(value).strip()):
+            continue
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = float("nan")
+        if not np.isfinite(number):
+            where = f"line {row + first_line}" if first_line is not None else f"example {row + 1}"
+            raise ValueError(f"{source}: column '{column}' must hold a number in every row; {where} has {value!r}. "
+                             "Fix or remove that row.")
+        scores.append(number)
+    return scores
+
+
 def random_subset(dataset: Dataset, size: int | None, seed: int) -> Dataset:
     """`size` examples drawn uniformly without replacement by `seed` (the few-shot settings of ConSERT's section 5.3),
     in their original order; the dataset itself when `size` is None. The draw depends on the seed and the dataset's
@@ -246,6 +273,27 @@ def random_subset(dataset: Dataset, size: int | None, seed: int) -> Dataset:
         )
     rows = np.random.default_rng(seed).choice(len(dataset), size=size, replace=False)
     return dataset.select(np.sort(rows))
+
+
+@dataclass(kw_only=True)
+class OwnDataSettings:
+    """The data keys a method's own training data honours (a data hook of `MethodSpec.train_data_path`, e.g. NLI
+    pairs or a SentEval split), as the plain loader does: length, a cap, a seeded subset, workers, padding."""
+
+    max_seq_length: int
+    max_samples: int | None = None
+    num_proc: int | None = None
+    pad_to_multiple_of: int | None = None
+    #: `train_subset_size` / `train_subset_seed`: a seeded random subset of the pairs (see `random_subset`)
+    subset_size: int | None = None
+    subset_seed: int = 0
+
+    @staticmethod
+    def of(data_args: DataArguments) -> dict[str, Any]:
+        """The keyword arguments these fields take from a recipe's data arguments."""
+        return dict(max_seq_length=data_args.max_seq_length, max_samples=data_args.max_train_samples,
+                    num_proc=data_args.preprocessing_num_workers, pad_to_multiple_of=data_args.pad_to_multiple_of,
+                    subset_size=data_args.train_subset_size, subset_seed=data_args.train_subset_seed)
 
 
 def tokenize_views(

@@ -24,13 +24,19 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
 from datasets import ClassLabel, Dataset, concatenate_datasets, load_dataset
 from transformers import PreTrainedTokenizerBase
 
 from hf_sentcl.data.checks import DataCleaning, check_data_file, max_text_chars, scan_data_file
-from hf_sentcl.data.collators import ViewCollator
-from hf_sentcl.data.corpus import clean_texts, drop_blank_rows, load_data_file, random_subset, tokenize_views
+from hf_sentcl.data.collators import LabelledViewCollator
+from hf_sentcl.data.corpus import (
+    OwnDataSettings,
+    clean_texts,
+    drop_blank_rows,
+    load_data_file,
+    random_subset,
+    tokenize_views,
+)
 from hf_sentcl.hub.download import HubFile, hub_file_path, is_hub_uri, resolve_data_dir
 
 NLI_LABELS = ("entailment", "neutral", "contradiction")
@@ -204,19 +210,7 @@ def read_nli_pairs(
 
 
 @dataclass
-class LabelledViewCollator(ViewCollator):
-    """`ViewCollator` that also returns the examples' class indices as a `labels` tensor of shape (batch,)."""
-
-    label_column: str = "labels"
-
-    def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
-        batch = super().__call__(features)
-        batch["labels"] = torch.tensor([f[self.label_column] for f in features], dtype=torch.long)
-        return batch
-
-
-@dataclass
-class NLITrainData:
+class NLITrainData(OwnDataSettings):
     """Training data of a supervised stage: tokenised (premise, hypothesis) views plus labels.
 
     `check()` runs before any model loads; `build(tokenizer)` returns (dataset, number of text views, collator).
@@ -226,15 +220,13 @@ class NLITrainData:
     source_key = "nli_source"
 
     source: NLISource
-    max_seq_length: int
-    max_samples: int | None = None
-    num_proc: int | None = None
-    pad_to_multiple_of: int | None = None
-    #: `train_subset_size` / `train_subset_seed`: a seeded random subset of the pairs (see `random_subset`)
-    subset_size: int | None = None
-    subset_seed: int = 0
     #: set by `build`: what loading repaired and dropped (results.json's `train.data_cleaning`)
     cleaning: DataCleaning | None = field(default=None, init=False, compare=False)
+
+    @property
+    def description(self) -> str:
+        """How results.json and the model card name the data."""
+        return self.source.description
 
     def check(self) -> None:
         check_nli_source(self.source)

@@ -42,20 +42,20 @@ from hf_sentcl.export.results import (
     training_datasets,
 )
 from hf_sentcl.export.snippets import sentence_transformers_snippet, transformers_snippet
-from hf_sentcl.methods import METHODS, PAPERS
 from hf_sentcl.recipe.metadata import library_versions
 from hf_sentcl.recipe.parallelism import parallelism_summary
+from hf_sentcl.registry import METHODS, PAPERS
 
 TEMPLATE = files("hf_sentcl") / "model_cards" / "sentence_encoder.md"
 
 
 def citations(method: str | None, settings: Mapping[str, Any]) -> list[str]:
     """BibTeX entries for the method and for the IFM/BYOP logit perturbation when it was used."""
-    keys = [METHODS[method].paper] if method in METHODS else []
+    papers = [METHODS[method].paper] if method in METHODS else []
     perturbation = settings.get("perturbation")
     if perturbation:
-        keys.append("ifm" if set(re.findall(r"[pn][+-]", perturbation)) == {"p-", "n+"} else "byop")
-    return [PAPERS[k].bibtex for k in dict.fromkeys(keys) if k]
+        papers.append(PAPERS["ifm" if set(re.findall(r"[pn][+-]", perturbation)) == {"p-", "n+"} else "byop"])
+    return [paper.bibtex for paper in dict.fromkeys(papers) if paper]
 
 
 #: `Project-URL` labels of the hf-sentcl distribution that name where its code is, in the order they are preferred
@@ -83,7 +83,7 @@ def training_code_url(method: str | None) -> str | None:
     """The `public_training_code` of a model trained here: hf_sentcl's repository (`project_code_url`) when the
     package names one, else the public code of the method's paper (`Paper.code`, the reference implementation
     that defines the method), else None (e.g. CLEAR, whose authors released no code)."""
-    paper = PAPERS.get(METHODS[method].paper) if method in METHODS else None
+    paper = METHODS[method].paper if method in METHODS else None
     return project_code_url() or (paper.code if paper else None)
 
 

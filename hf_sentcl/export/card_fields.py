@@ -130,7 +130,7 @@ def method_keys(method: str) -> list[str]:
     """The settings the method's own config adds (e.g. `temperature`, `perturbation`, `hard_negative_weight`), not
     the training arguments every method shares."""
     from hf_sentcl.configs.arguments import SentCLTrainingArguments
-    from hf_sentcl.methods import get_method
+    from hf_sentcl.registry import get_method
 
     shared = {f.name for f in dataclasses.fields(SentCLTrainingArguments)}
     keys: list[str] = []

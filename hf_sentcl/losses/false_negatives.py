@@ -109,6 +109,17 @@ def false_negative_mask(
     return same & (columns[None, :] != targets[:, None])
 
 
+def paired_texts_mask(first: torch.Tensor, second: torch.Tensor, guide: GuideMargin | None = None) -> torch.Tensor:
+    """The (2N, 2N) mask for an in-batch loss over the texts [first; second] of N pairs, each text's target its
+    partner (AnglE's in-batch term): `first`, `second` are the (N,) text groups (or guide embeddings with `guide`)
+    of each pair's two sentences. A text's own column is no candidate (the loss leaves it out), so it is not
+    counted as masked."""
+    rows = torch.cat([first, second])
+    columns = torch.arange(len(rows), device=rows.device)
+    mask = false_negative_mask(rows, torch.cat([second, first]), rows, columns.roll(len(first)), guide)
+    return mask & (columns[:, None] != columns[None, :])
+
+
 def exclude_candidates(logits: torch.Tensor, exclude: torch.Tensor | None) -> torch.Tensor:
     """`logits` with the excluded candidates at -inf (out of the softmax's denominator); unchanged without a mask."""
     return logits if exclude is None else logits.masked_fill(exclude, float("-inf"))

@@ -6,15 +6,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from datasets import Dataset
 from transformers import AutoConfig
 
-from hf_sentcl.data import ViewCollator, add_length_column, tokenize_views
-from hf_sentcl.data.corpus import load_training_data
-from hf_sentcl.methods import get_method
+from hf_sentcl.data import LabelledViewCollator, ViewCollator, add_length_column, tokenize_views
+from hf_sentcl.data.corpus import float_scores, load_training_data
 from hf_sentcl.modeling import SentenceEncoder
 from hf_sentcl.modeling.backbone import resolve_model_name
 from hf_sentcl.recipe.parser import Recipe
+from hf_sentcl.registry import get_method
 
 #: transformers' samplers that batch examples by length (they need a length column)
 LENGTH_SAMPLERS = ("group_by_length", "batch_rebalance")
@@ -76,14 +77,18 @@ def build_train_data(recipe: Recipe, tokenizer) -> TrainData:
     else:
         # optional columns the file has (hard_neg) are required in every row: a triplet without its hard negative
         # is dropped and counted rather than tokenised as None
-        raw, cleaning = load_training_data(recipe.data, spec.text_columns, spec.optional_text_columns)
+        raw, cleaning = load_training_data(recipe.data, spec.required_columns, spec.optional_text_columns)
         columns = spec.text_columns + tuple(c for c in spec.optional_text_columns if c in raw.column_names)
-        raw = raw.select_columns(list(columns))
         dataset = tokenize_views(
-            raw, tokenizer, columns, recipe.data.max_seq_length, recipe.data.preprocessing_num_workers
+            raw.select_columns(list(columns)), tokenizer, columns, recipe.data.max_seq_length,
+            recipe.data.preprocessing_num_workers,
         )
         num_views = len(columns)
         collator = ViewCollator(tokenizer, num_views=num_views, pad_to_multiple_of=recipe.data.pad_to_multiple_of)
+        if spec.score_column:
+            dataset = dataset.add_column("labels", float_scores(raw, spec.score_column, cleaning.source))
+            collator = LabelledViewCollator(tokenizer, num_views, recipe.data.pad_to_multiple_of,
+                                            label_dtype=torch.float32)
     if recipe.training.train_sampling_strategy in LENGTH_SAMPLERS:
         dataset = add_length_column(dataset, num_views, recipe.training.length_column_name)
     return TrainData(dataset, num_views, collator, cleaning.as_dict() if cleaning is not None else None)

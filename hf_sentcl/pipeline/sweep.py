@@ -60,12 +60,12 @@ from hf_sentcl.data.corpus import load_training_dataset
 from hf_sentcl.evaluation.plots import plot_fewshot_curve
 from hf_sentcl.evaluation.report import SHORT_NAMES, write_json
 from hf_sentcl.evaluation.sts import STS_TASKS
-from hf_sentcl.methods import get_method
 from hf_sentcl.pipeline.train import run
 from hf_sentcl.recipe.checks import checked, validate_recipe
 from hf_sentcl.recipe.metadata import non_default_settings
 from hf_sentcl.recipe.parser import Recipe, RecipeError, parse_recipe
 from hf_sentcl.recipe.run_folder import RunComplete
+from hf_sentcl.registry import get_method
 
 #: the two sweeps' usage lines, in their errors and in `hf-sentcl sweep --help` (hf_sentcl/cli/sweep.py HELP)
 USAGE = "usage: hf-sentcl sweep RECIPE.yaml --seeds 1,2,3 [--key value ...]"

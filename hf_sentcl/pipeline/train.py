@@ -34,7 +34,6 @@ from hf_sentcl.evaluation.sts import STSEvaluator
 from hf_sentcl.evaluation.suites import EvaluationSuites, SuiteResults, markdown_report, run_results, suite_settings
 from hf_sentcl.export.publish import publish_run
 from hf_sentcl.hub.download import resolve_data_dir
-from hf_sentcl.methods import get_method
 from hf_sentcl.modeling import SentenceEncoder
 from hf_sentcl.modeling.health import check_final_model
 from hf_sentcl.modeling.peft import merge_adapters, parameter_counts, save_adapter
@@ -51,6 +50,7 @@ from hf_sentcl.recipe.checks import checked
 from hf_sentcl.recipe.metadata import run_metadata
 from hf_sentcl.recipe.parallelism import describe_parallelism, effective_parallelism
 from hf_sentcl.recipe.parser import Recipe
+from hf_sentcl.registry import get_method
 from hf_sentcl.trainers.callbacks import print_logs_as_numbers
 from hf_sentcl.trainers.guide import Guide
 

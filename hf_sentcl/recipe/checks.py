@@ -12,13 +12,13 @@ from hf_sentcl.evaluation.suites import check_suites, suite_settings
 from hf_sentcl.evaluation.transfer import check_transfer_files
 from hf_sentcl.hub.download import resolve_data_dir
 from hf_sentcl.hub.upload import HubError, check_hub_settings
-from hf_sentcl.methods import get_method
 from hf_sentcl.modeling.backbone import BackboneError, backbone_config, max_sequence_length
 from hf_sentcl.recipe.agreement import checked_by_every_process
 from hf_sentcl.recipe.parallelism import check_topology
 from hf_sentcl.recipe.parser import Recipe, RecipeError
 from hf_sentcl.recipe.run_folder import check_run_folder
 from hf_sentcl.recipe.run_lock import hold_output_dir
+from hf_sentcl.registry import get_method
 
 
 def validate_recipe(recipe: Recipe) -> None:
@@ -59,6 +59,10 @@ def validate_recipe(recipe: Recipe) -> None:
     check_stage_plugins(recipe, stages)
     warn_unbounded_compilation(recipe)
     sources = text_sources(recipe.data)
+    if None not in stage_data and sources:
+        own = ", ".join(dict.fromkeys(data.source_key for data in stage_data))
+        raise RecipeError(f"{recipe.source}: method '{recipe.method}' trains on its '{own}' here; {sources} would be "
+                          "unused: remove it, or unset the method's own data key.")
     if None in stage_data and len(sources) != 1:
         raise RecipeError(
             f"{recipe.source}: set exactly one of 'train_file', 'dataset_name', 'unlabeled_sts' "
@@ -153,8 +157,8 @@ def check_train_text(recipe: Recipe, global_batch: int) -> None:
         path = check_train_file(recipe.data.train_file)
         if path is not None:  # the loader's rule (`method_columns`), before the model loads rather than after
             spec = get_method(recipe.method)
-            check_train_columns(path, spec.text_columns, spec.optional_text_columns, recipe.data.text_column,
-                                reader=f"method '{recipe.method}'")
+            check_train_columns(path, spec.required_columns, spec.optional_text_columns, recipe.data.text_column,
+                                reader=f"method '{recipe.method}'", score_column=spec.score_column)
     except ValueError as err:
         raise RecipeError(f"{recipe.source}: {err}") from None
     if path is None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hf_sentcl.data.provenance import MTEB_DATASETS_KEY, read_provenance
-from hf_sentcl.methods import get_method
+from hf_sentcl.registry import get_method
 
 if TYPE_CHECKING:
     from hf_sentcl.recipe.parser import Recipe
@@ -97,7 +97,7 @@ def training_data_summary(recipe: Recipe, num_examples: int | None, text_columns
     own_data = get_method(recipe.method).train_data(recipe)  # e.g. the NLI pairs of a ConSERT sup/joint stage
     declared = {}
     if own_data is not None:
-        source, name = own_data.source_key, own_data.source.description
+        source, name = own_data.source_key, own_data.description
     elif data.train_file is not None:
         source, name = "train_file", public_file_name(data.train_file)
         provenance = read_provenance(data.train_file)

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from hf_sentcl.methods import get_method
+from hf_sentcl.registry import get_method
 
 if TYPE_CHECKING:
     from hf_sentcl.recipe.parser import Recipe

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import yaml
 from transformers import HfArgumentParser
 
-from hf_sentcl.methods import METHODS, get_method
+from hf_sentcl.registry import METHODS, get_method
 
 if TYPE_CHECKING:
     from hf_sentcl.configs import DataArguments, ModelArguments

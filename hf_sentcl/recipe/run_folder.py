@@ -34,10 +34,10 @@ from pathlib import Path
 
 from hf_sentcl.common.layout import EXPORT_DIRNAME, PREEMPTED_JSON, RUN_COMPLETE_JSON, RUN_ENTRIES
 from hf_sentcl.evaluation.report import write_json
-from hf_sentcl.methods import METHODS
 from hf_sentcl.modeling.backbone import local_weight_bytes
 from hf_sentcl.modeling.health import CHECKPOINT_COMPLETE
 from hf_sentcl.recipe.parser import Recipe, RecipeError
+from hf_sentcl.registry import METHODS
 
 logger = logging.getLogger("hf_sentcl")
 

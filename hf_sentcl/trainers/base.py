@@ -154,6 +154,8 @@ class ContrastiveTrainer(DurableCheckpoints, MasterWeightsSave, Trainer):
     min_global_batch_size: int = 2
     #: whether `mini_batch_size` may be used; None = only if the method keeps `compute_loss` as it is here
     supports_cached_step: bool | None = None
+    #: whether `contrastive_loss` takes the batch's `labels` (a method's `score_column`), gathered like the views
+    loss_uses_labels: bool = False
 
     def __init__(
         self, *args, dev_evaluator: STSEvaluator | None = None, eval_bf16: bool | None = None,
@@ -316,7 +318,8 @@ class ContrastiveTrainer(DurableCheckpoints, MasterWeightsSave, Trainer):
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Loss from the gathered (num_views, global_batch, dim) embeddings, plus named components to log. `groups`
         (`candidate_identities`) names each text view for the false-negative mask (`false_negatives: mask|guide`);
-        pass `guide=self.guide_rule` to the mask functions with it."""
+        pass `guide=self.guide_rule` to the mask functions with it. A method with `loss_uses_labels` also gets
+        `labels=`, the (global_batch,) labels of the gathered examples."""
         raise NotImplementedError(f"{type(self).__name__} must implement contrastive_loss(views, groups).")
 
     def identity_tokens(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -363,7 +366,10 @@ class ContrastiveTrainer(DurableCheckpoints, MasterWeightsSave, Trainer):
         outputs `compute_loss` returns. Runs once per step, in the plain and in the cached step."""
         gathered = gather_with_grad(views, dim=1)
         groups = self.candidate_identities(inputs)
-        loss, components = self.embedding_loss(lambda vectors: self.contrastive_loss(vectors, groups), gathered)
+        labeled = {"labels": gather_with_grad(inputs["labels"])} if self.loss_uses_labels else {}
+        loss, components = self.embedding_loss(
+            lambda vectors: self.contrastive_loss(vectors, groups, **labeled), gathered
+        )
         self.record_metrics(components)
         # Every process computes the full loss but back-propagates through its own slice only; DDP then
         # averages over processes, so the gradient is scaled back up by the world size.

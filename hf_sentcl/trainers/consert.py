@@ -39,7 +39,7 @@ from hf_sentcl.data.corpus import text_sources
 from hf_sentcl.data.nli import NLI_LABELS, NLITrainData, resolve_nli_source
 from hf_sentcl.losses import nt_xent, pair_classification_loss
 from hf_sentcl.losses.false_negatives import nt_xent_mask
-from hf_sentcl.methods import get_method
+from hf_sentcl.registry import get_method
 from hf_sentcl.trainers.base import ContrastiveTrainer, ViewsOutput, stack_views
 from hf_sentcl.trainers.heads import TrainingHeadsMixin
 
@@ -336,7 +336,4 @@ def consert_train_data(recipe) -> NLITrainData | None:
     if args.supervised_mode == "unsup":
         return None
     source = resolve_nli_source(args.nli_source, args.nli_splits, data.sts_data_dir, args.nli_config)
-    return NLITrainData(
-        source, data.max_seq_length, data.max_train_samples, data.preprocessing_num_workers, data.pad_to_multiple_of,
-        data.train_subset_size, data.train_subset_seed,
-    )
+    return NLITrainData(source, **NLITrainData.of(data))

@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from hf_sentcl.methods import get_method
+from hf_sentcl.registry import get_method
 
 
 def attach_training_head(encoder: nn.Module, name: str, head: nn.Module) -> nn.Module:

@@ -14,9 +14,9 @@ from hf_sentcl import SentenceEncoder
 from hf_sentcl.cli.train import main
 from hf_sentcl.configs import DataArguments
 from hf_sentcl.data.corpus import load_training_data
-from hf_sentcl.methods import get_method
 from hf_sentcl.recipe.checks import validate_recipe
 from hf_sentcl.recipe.parser import parse_recipe
+from hf_sentcl.registry import get_method
 
 BATCH = 4
 

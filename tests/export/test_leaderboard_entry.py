@@ -32,10 +32,10 @@ from hf_sentcl.export.mteb_meta import import_model_meta
 from hf_sentcl.export.plan import ExportError
 from hf_sentcl.export.results import CARD_INPUTS
 from hf_sentcl.export.verify import PROBE_SENTENCES
-from hf_sentcl.methods import PAPERS
 from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS, resolve_model_name
 from hf_sentcl.recipe.metadata import non_default_settings, training_data_summary
 from hf_sentcl.recipe.parser import parse_recipe
+from hf_sentcl.registry import PAPERS
 
 BASE = "sentence-transformers/all-MiniLM-L6-v2"
 SCORES = {task: 70.0 + i for i, task in enumerate(STS_TASKS)}

@@ -19,7 +19,7 @@ from hf_sentcl.evaluation.sts import STS_TASKS
 from hf_sentcl.export.bundle import export_mteb_results, export_with_card
 from hf_sentcl.export.mteb_files import check_mteb_submission, rekey_mteb_results
 from hf_sentcl.export.mteb_meta import import_model_meta, parameter_count
-from hf_sentcl.methods import PAPERS
+from hf_sentcl.registry import PAPERS
 
 SENTENCES = ["a man plays the guitar .", "the cat runs in the park .", "a girl eats food ."]
 TRAINING_CODE = "https://github.com/example/hf_sentcl"

@@ -238,7 +238,7 @@ def _trainer(tiny_bert_dir, tmp_path, config_class=SimCSEConfig, **overrides):
 
     from hf_sentcl import SentenceEncoder
     from hf_sentcl.data import ViewCollator, tokenize_views
-    from hf_sentcl.methods import METHODS
+    from hf_sentcl.registry import METHODS
 
     torch.manual_seed(0)
     encoder = SentenceEncoder.from_backbone(str(tiny_bert_dir), pooling="mean", head="mlp")

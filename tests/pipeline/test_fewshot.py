@@ -66,7 +66,7 @@ def test_subset_of_the_nli_pairs(tmp_path, tiny_bert_dir):
     path.write_text("premise,hypothesis,label\n" + "".join(
         f"{sentences[2 * i]},{sentences[2 * i + 1]},{i % 3}\n" for i in range(20)))
     source = resolve_nli_source(str(path), None, None, None)
-    data = NLITrainData(source, 16, subset_size=6, subset_seed=5)
+    data = NLITrainData(source, max_seq_length=16, subset_size=6, subset_seed=5)
     dataset, views, _ = data.build(AutoTokenizer.from_pretrained(tiny_bert_dir))
     rows = np.sort(np.random.default_rng(5).choice(20, size=6, replace=False))
     assert len(dataset) == 6 and views == 2

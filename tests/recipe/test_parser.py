@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from hf_sentcl.configs import DataArguments, ModelArguments, SimCSEConfig, SupervisedSimCSEConfig
-from hf_sentcl.methods import METHODS
 from hf_sentcl.recipe.parser import RecipeError, parse_recipe
+from hf_sentcl.registry import METHODS
 
 RECIPES = sorted((Path(__file__).resolve().parents[2] / "recipes").glob("*.yaml"))
 

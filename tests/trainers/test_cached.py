@@ -267,9 +267,9 @@ def test_refused_under_deepspeed(tmp_path):
 
 def test_recipe_validation_refuses_it_before_loading(tmp_path, tiny_bert_dir, senteval_dir, monkeypatch):
     """validate_recipe names mini_batch_size for a method whose loss the cached step cannot split."""
-    from hf_sentcl.methods import METHODS
     from hf_sentcl.recipe.checks import validate_recipe
     from hf_sentcl.recipe.parser import RecipeError, parse_recipe
+    from hf_sentcl.registry import METHODS
 
     class OwnLoss(SimCSETrainer):
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):

@@ -1,11 +1,26 @@
 """The method registry: recipe `method:` name -> config dataclass, trainer class, data layout, paper and stages.
 
-Nothing here imports a config or trainer until it is asked for, so every layer may read the registry."""
+Methods come from three places, found the first time the registry is read:
+- `hf_sentcl.methods`: a built-in method is one subpackage there (config, trainer, data hook, loss and this
+  registration together), whose `__init__` defines `METHOD`, a `MethodSpec`;
+- the `hf_sentcl.methods` entry-point group: another installed package adds a method without editing hf_sentcl,
+  with `[project.entry-points."hf_sentcl.methods"] my_method = "my_package.my_method:METHOD"`;
+- `BUILT_IN` below (the methods that predate the method folders), and `register_method` calls at run time.
+
+Nothing here imports a config or trainer until it is asked for, so every layer may read the registry; a method's
+`__init__` must stay as light (its `MethodSpec` names its classes by import path)."""
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
+import pkgutil
+import warnings
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+
+#: where built-in methods live, one subpackage each, and the entry-point group of other packages' methods
+METHOD_PACKAGE = ENTRY_POINT_GROUP = "hf_sentcl.methods"
 
 
 @dataclass(frozen=True)
@@ -18,6 +33,9 @@ class MethodSpec:
     text_columns: tuple[str, ...]
     summary: str
     optional_text_columns: tuple[str, ...] = ()
+    #: a numeric column every training row has (e.g. a gold similarity score), read as float and handed to the
+    #: trainer as `labels`; None when the examples are text only
+    score_column: str | None = None
     #: "module.function": recipe -> list of recipes trained one after another, each stage starting from the
     #: previous stage's exported encoder (default: the recipe alone)
     stages_path: str | None = None
@@ -25,8 +43,10 @@ class MethodSpec:
     #: `build(tokenizer) -> (dataset, num_views, collator)`, for examples that are more than text views (labels);
     #: or None, for the plain-text loader
     train_data_path: str | None = None
-    #: the key in `PAPERS` of the paper that defines the method (cited by the model card and the docs)
-    paper: str | None = None
+    #: the paper that defines the method (cited by the model card and the docs)
+    paper: Paper | None = None
+    #: the method's page under docs/methods/ (without `.md`); default: its name
+    docs_page: str | None = None
     #: the folder, inside output_dir, of a chained method's first stage (a run folder of its own)
     stage_dirname: str | None = None
     #: why the method cannot train with sharded weights (FSDP, ZeRO-3): the weights it uses outside the encoder's
@@ -45,6 +65,15 @@ class MethodSpec:
     def train_data(self, recipe):
         """The method's own training data for `recipe`, or None for the plain-text views."""
         return self._load(self.train_data_path)(recipe) if self.train_data_path else None
+
+    @property
+    def required_columns(self) -> tuple[str, ...]:
+        """The columns every training row must have: the text views and the score column, if any."""
+        return self.text_columns + ((self.score_column,) if self.score_column else ())
+
+    @property
+    def page(self) -> str:
+        return self.docs_page or self.name
 
     @property
     def config_class(self) -> type:
@@ -141,49 +170,84 @@ PAPERS: dict[str, Paper] = {
 }
 
 
-METHODS: dict[str, MethodSpec] = {}
+class MethodRegistry(Mapping[str, MethodSpec]):
+    """The methods by name; the built-in method folders and the entry points are read on first use (module
+    docstring), so that importing the registry stays cheap."""
+
+    def __init__(self, built_in: Iterable[MethodSpec] = ()) -> None:
+        self._methods: dict[str, MethodSpec] = {}
+        self._discovered = False
+        for spec in built_in:
+            self.register(spec)
+
+    def register(self, spec: MethodSpec, origin: str = "hf_sentcl") -> None:
+        known = self._methods.get(spec.name)
+        if known is not None and known is not spec:
+            raise ValueError(f"{origin}: method '{spec.name}' is already registered ({known.summary!r}); choose "
+                             "another name.")
+        self._methods[spec.name] = spec
+
+    def _discover(self) -> None:
+        if self._discovered:
+            return
+        self._discovered = True
+        package = importlib.import_module(METHOD_PACKAGE)
+        for module in sorted(m.name for m in pkgutil.iter_modules(package.__path__)):
+            self.register(importlib.import_module(f"{METHOD_PACKAGE}.{module}").METHOD, f"{METHOD_PACKAGE}.{module}")
+        for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            self._register_entry_point(entry)
+
+    def _register_entry_point(self, entry: importlib.metadata.EntryPoint) -> None:
+        """Another package's method; one that fails to load or to register is skipped with a warning that names
+        it, so that a broken plug-in does not stop runs of other methods."""
+        origin = f"entry point '{entry.name} = {entry.value}' of {getattr(entry.dist, 'name', 'an installed package')}"
+        try:
+            spec = entry.load()
+            if not isinstance(spec, MethodSpec):
+                raise TypeError(f"it names a {type(spec).__name__}, not a hf_sentcl.registry.MethodSpec")
+            if spec.name != entry.name:
+                raise ValueError(f"its MethodSpec is named '{spec.name}'; name the entry point the same")
+            self.register(spec, origin)
+        except Exception as err:  # noqa: BLE001 - any failure of a third-party import
+            warnings.warn(f"hf_sentcl method {origin} is skipped: {err}", stacklevel=3)
+
+    def __getitem__(self, name: str) -> MethodSpec:
+        self._discover()
+        return self._methods[name]
+
+    def __iter__(self) -> Iterator[str]:
+        self._discover()
+        return iter(self._methods)
+
+    def __len__(self) -> int:
+        self._discover()
+        return len(self._methods)
 
 
-def register_method(spec: MethodSpec) -> None:
-    """Add a method so that recipes can name it."""
-    METHODS[spec.name] = spec
 
-
-def get_method(name: str) -> MethodSpec:
-    if name not in METHODS:
-        raise KeyError(f"unknown method '{name}'. Choose one of: {', '.join(sorted(METHODS))}.")
-    return METHODS[name]
-
-
-register_method(
+#: the methods that predate the method folders (`hf_sentcl.methods`), registered here
+BUILT_IN: tuple[MethodSpec, ...] = (
     MethodSpec(
         name="simcse",
-        paper="simcse",
+        paper=PAPERS["simcse"],
         config_path="hf_sentcl.configs.simcse.SimCSEConfig",
         trainer_path="hf_sentcl.trainers.simcse.SimCSETrainer",
         text_columns=("text",),
         summary="Unsupervised SimCSE: dropout views, in-batch InfoNCE (Gao et al. 2021).",
-    )
-)
-
-
-register_method(
+    ),
     MethodSpec(
         name="simcse_sup",
-        paper="simcse",
+        paper=PAPERS["simcse"],
+        docs_page="simcse",
         config_path="hf_sentcl.configs.simcse.SupervisedSimCSEConfig",
         trainer_path="hf_sentcl.trainers.simcse.SupervisedSimCSETrainer",
         text_columns=("sent0", "sent1"),
         optional_text_columns=("hard_neg",),
         summary="Supervised SimCSE on (anchor, entailment[, contradiction]) pairs or triplets.",
-    )
-)
-
-
-register_method(
+    ),
     MethodSpec(
         name="self_guided",
-        paper="self_guided",
+        paper=PAPERS["self_guided"],
         config_path="hf_sentcl.configs.self_guided.SelfGuidedConfig",
         trainer_path="hf_sentcl.trainers.self_guided.SelfGuidedTrainer",
         text_columns=("text",),
@@ -191,14 +255,10 @@ register_method(
         "(Kim et al. 2021).",
         sharded_weights_problem="its frozen copy, projection head and parameter-distance regularizer use the "
         "encoder's weights outside its forward",
-    )
-)
-
-
-register_method(
+    ),
     MethodSpec(
         name="consert",
-        paper="consert",
+        paper=PAPERS["consert"],
         stage_dirname="stage-1",
         config_path="hf_sentcl.configs.consert.ConSERTConfig",
         trainer_path="hf_sentcl.trainers.consert.ConSERTTrainer",
@@ -206,18 +266,28 @@ register_method(
         summary="ConSERT: embedding-level augmentations, NT-Xent; NLI joint/chained settings (Yan et al. 2021).",
         stages_path="hf_sentcl.trainers.consert.consert_stages",
         train_data_path="hf_sentcl.trainers.consert.consert_train_data",
-    )
-)
-
-
-register_method(
+    ),
     MethodSpec(
         name="clear",
-        paper="clear",
+        paper=PAPERS["clear"],
         config_path="hf_sentcl.configs.clear.CLEARConfig",
         trainer_path="hf_sentcl.trainers.clear.CLEARTrainer",
         text_columns=("text",),
         summary="CLEAR: MLM on the original + NT-Xent between two augmented views (Wu et al. 2020).",
         sharded_weights_problem="its MLM and projection heads run outside the encoder's forward",
-    )
+    ),
 )
+
+
+METHODS = MethodRegistry(BUILT_IN)
+
+
+def register_method(spec: MethodSpec) -> None:
+    """Add a method so that recipes can name it."""
+    METHODS.register(spec)
+
+
+def get_method(name: str) -> MethodSpec:
+    if name not in METHODS:
+        raise KeyError(f"unknown method '{name}'. Choose one of: {', '.join(sorted(METHODS))}.")
+    return METHODS[name]
