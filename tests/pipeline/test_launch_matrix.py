@@ -41,6 +41,7 @@ METHODS = {
     "consert_sup_unsup": ("consert_bert_sup_unsup.yaml", "nli"),  # + unlabeled_sts: all
     "clear": ("clear_bert.yaml", "text"),
     "byop": ("byop_bert.yaml", "text"),
+    "angle": ("angle_bert.yaml", "sts"),  # sts_train: stsb, from the data directory (scores gathered with the views)
 }
 CONFIGS = ("multi_cpu.yaml", "deepspeed_zero2.yaml", "deepspeed_zero3.yaml", "fsdp.yaml")
 STRATEGY = {"multi_cpu.yaml": "DDP", "deepspeed_zero2.yaml": "DeepSpeed ZeRO-2",
@@ -225,12 +226,15 @@ FP32 = ("--precision", "fp32", "--dropout", "0", "--learning_rate", "2e-3", "--a
         "--pad_to_multiple_of", "32", "--unpadded", "false", "--max_steps", "8", "--eval_steps", "8",
         "--save_steps", "8")
 #: (CI time: one cell per config; ConSERT's 2-process equality is checked under ZeRO-2, supervised SimCSE's under the
-#: other three, SG-OPT's and the BYOP margin's under DDP in test_scaling.py's plug-in runs)
+#: other three, AnglE's (its scores gathered with the views) under DDP, SG-OPT's and the BYOP margin's under DDP in
+#: test_scaling.py's plug-in runs)
 FP32_CELLS = [("multi_cpu.yaml", "simcse_sup"), ("deepspeed_zero2.yaml", "consert_joint"),
-              ("deepspeed_zero3.yaml", "simcse_sup"), ("fsdp.yaml", "simcse_sup")]
-#: randomness beyond dropout, drawn by each process for its own rows (so other draws on 1 and 2 processes): ConSERT's
-#: token cutoff is switched off in its fp32 cells
-PLAIN_VIEWS = {"consert_joint": ("--augmentation1", "none", "--augmentation2", "none")}
+              ("deepspeed_zero3.yaml", "simcse_sup"), ("fsdp.yaml", "simcse_sup"), ("multi_cpu.yaml", "angle")]
+#: what else the fp32 cells change: ConSERT's token cutoff, randomness drawn by each process for its own rows (so
+#: other draws on 1 and 2 processes), is switched off; AnglE's 8 STS-B train pairs are one whole global batch (with
+#: the recipe's 32, 2 processes would fill the partial batch up to 16 with repeats: accelerate's even_batches)
+PLAIN_VIEWS = {"consert_joint": ("--augmentation1", "none", "--augmentation2", "none"),
+               "angle": ("--global_train_batch_size", "8")}
 
 
 @pytest.fixture(scope="module")
