@@ -27,12 +27,11 @@ def validate_recipe(recipe: Recipe) -> None:
     if "output_dir" not in recipe.explicit_keys or not recipe.training.output_dir:
         raise RecipeError(f"{recipe.source}: key 'output_dir' is missing (where results and the encoder go).")
     check_topology(recipe)  # a launch the hardware or the method cannot honour is refused first
-    negatives_batch = recipe.training.per_device_train_batch_size * max(recipe.training.world_size, 1)
-    if negatives_batch < 2:
-        raise RecipeError(
-            f"{recipe.source}: key 'per_device_train_batch_size' is {recipe.training.per_device_train_batch_size} "
-            f"on {recipe.training.world_size} process(es); in-batch negatives need a global batch of at least 2."
-        )
+    spec = get_method(recipe.method)
+    try:
+        negatives_batch = spec.trainer_class.check_global_batch(recipe.training)
+    except ValueError as err:
+        raise RecipeError(f"{recipe.source}: {err}") from None
     check_backbone(recipe)
     if recipe.training.global_train_batch_size is not None and "per_device_train_batch_size" in recipe.explicit_keys:
         raise RecipeError(
@@ -41,7 +40,6 @@ def validate_recipe(recipe: Recipe) -> None:
         )
     if recipe.training.export_adapter and not recipe.model.peft:
         raise RecipeError(f"{recipe.source}: key 'export_adapter' needs a 'peft' section (LoRA settings) to train one.")
-    spec = get_method(recipe.method)
     try:
         spec.trainer_class.check_cached_step(recipe.training)
         spec.trainer_class.check_length_buckets(recipe.training)

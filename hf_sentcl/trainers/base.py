@@ -182,13 +182,7 @@ class ContrastiveTrainer(DurableCheckpoints, MasterWeightsSave, Trainer):
         self.add_callback(self.preemption)
         self.nonfinite_loss = NonFiniteLossFlag()
         enable_cpu_fp16(self.accelerator, self.args)
-        global_batch = self.args.per_device_train_batch_size * max(self.args.world_size, 1)
-        if global_batch < self.min_global_batch_size:
-            raise ValueError(
-                f"per_device_train_batch_size={self.args.per_device_train_batch_size} x {self.args.world_size} "
-                f"process(es) gives a global batch of {global_batch}; in-batch negatives need at least "
-                f"{self.min_global_batch_size}. Raise per_device_train_batch_size."
-            )
+        self.check_global_batch(self.args)
         if world_size() != max(self.args.world_size, 1):
             raise ValueError(
                 f"{world_size()} processes share a process group but the Trainer runs on {self.args.world_size}: "
@@ -212,6 +206,19 @@ class ContrastiveTrainer(DurableCheckpoints, MasterWeightsSave, Trainer):
             tokenizer = self.processing_class or self.model.tokenizer
             guide = Guide.load(args.guide_model, tokenizer, args.device)
         return guide, GuideMargin(args.guide_margin, args.guide_margin_strategy)
+
+    @classmethod
+    def check_global_batch(cls, args) -> int:
+        """The global batch of `args` (per-device batch x processes), or ValueError naming the key when it is below
+        `min_global_batch_size`. Called by `validate_recipe` too, before anything is loaded."""
+        global_batch = args.per_device_train_batch_size * max(args.world_size, 1)
+        if global_batch < cls.min_global_batch_size:
+            raise ValueError(
+                f"key 'per_device_train_batch_size' is {args.per_device_train_batch_size} on {args.world_size} "
+                f"process(es): a global batch of {global_batch}; in-batch negatives need at least "
+                f"{cls.min_global_batch_size}. Raise per_device_train_batch_size."
+            )
+        return global_batch
 
     @classmethod
     def check_cached_step(cls, args) -> None:

@@ -255,3 +255,9 @@ def test_position_limit_of_roberta_skips_the_padding_offset(tiny_roberta_dir, ti
     assert max_sequence_length(backbone_config(str(tiny_roberta_dir))) == 62
     assert max_sequence_length(backbone_config(str(tiny_bert_dir))) == 64
     assert max_sequence_length({"model_type": "t5"}) is None
+
+
+def test_a_global_batch_below_two_is_refused_naming_the_key(refused):
+    """The trainer's own rule (`ContrastiveTrainer.check_global_batch`), applied before the model loads."""
+    err = refused("--per_device_train_batch_size", "1")
+    assert "key 'per_device_train_batch_size' is 1 on 1 process(es)" in err and "need at least 2" in err
