@@ -427,9 +427,9 @@ def batch_of(encoder, sentences=SENTENCES):
     return encoder.tokenizer(sentences, padding=True, return_tensors="pt")
 
 
-#: recipe keys of each method's fp16 run (beyond the common ones in `recipe_values`); every registered method has one
-#: (tests/methods/test_registry.py)
-METHOD_SETTINGS = {
+#: recipe keys of the methods' runs in the per-method tests (fp16, host syncs), beyond the common ones in
+#: `recipe_values`: the variants worth a run of their own, then every other registered method with its defaults
+METHOD_VARIANTS = {
     "simcse": dict(method="simcse"),
     "simcse_sup": dict(method="simcse_sup"),
     "sg": dict(method="self_guided", objective="sg", pooling="cls", head="none"),
@@ -441,8 +441,10 @@ METHOD_SETTINGS = {
     "byop": dict(method="consert", perturbation="p+", margin=0.1, pooling="mean", head="none"),
     "cached": dict(method="simcse", mini_batch_size=4),
     "clear_cached": dict(method="clear", augmentation="del_word", pooling="cls", head="none", mini_batch_size=4),
-    "angle": dict(method="angle", cosine_weight=0.5, angle_weight=0.3),
+    "angle": dict(method="angle", cosine_weight=0.5, angle_weight=0.3),  # every term on
 }
+METHOD_SETTINGS = {**METHOD_VARIANTS, **{name: dict(method=name) for name in METHODS
+                                         if name not in {v["method"] for v in METHOD_VARIANTS.values()}}}
 
 
 def recipe_values(name, model_dir, data_dir, out_dir, files, **overrides):
@@ -453,9 +455,10 @@ def recipe_values(name, model_dir, data_dir, out_dir, files, **overrides):
         seed=0, max_seq_length=32, fp16=True, warmup_steps=0,
     )
     values.update(METHOD_SETTINGS[name])
-    if METHODS[values["method"]].score_column:
+    spec = METHODS[values["method"]]
+    if spec.score_column:
         values["train_file"] = str(files["scored"])
-    elif values["method"] == "simcse_sup":
+    elif spec.text_columns != ("text",):  # pairs, with hard negatives where the method reads them
         values["train_file"] = str(files["triplets"])
     elif values.get("supervised_mode") == "joint":
         values["nli_source"] = str(files["nli"])

@@ -155,9 +155,8 @@ def test_a_plug_in_may_not_take_a_built_in_name(tmp_path, monkeypatch):
         assert registry["simcse"].config_path == "hf_sentcl.configs.simcse.SimCSEConfig"
 
 
-def test_every_registered_method_has_test_settings():
-    """The per-method tests (fp16, host syncs) run every method of `METHOD_SETTINGS`; a new method must be in it."""
+
+def test_the_per_method_tests_run_every_registered_method():
     from helpers import METHOD_SETTINGS
 
-    missing = set(METHODS) - {settings["method"] for settings in METHOD_SETTINGS.values()}
-    assert not missing, f"tests/helpers.py METHOD_SETTINGS has no entry for {sorted(missing)}"
+    assert set(METHODS) <= {settings["method"] for settings in METHOD_SETTINGS.values()}
