@@ -61,6 +61,7 @@ from hf_sentcl.modeling.fast_dropout import use_fast_dropout
 from hf_sentcl.modeling.health import NonFiniteLossFlag
 from hf_sentcl.trainers.cached import cached_training_step
 from hf_sentcl.trainers.callbacks import OnTrainBegin, PreemptionCallback, StepsRunCallback, TrainingCostCallback
+from hf_sentcl.trainers.direct import direct_use
 from hf_sentcl.trainers.durable import DurableCheckpoints, MasterWeightsSave
 from hf_sentcl.trainers.guide import Guide
 from hf_sentcl.trainers.length_buckets import forward_in_length_buckets
@@ -158,10 +159,13 @@ class ContrastiveTrainer(DurableCheckpoints, MasterWeightsSave, Trainer):
     loss_uses_labels: bool = False
 
     def __init__(
-        self, *args, dev_evaluator: STSEvaluator | None = None, eval_bf16: bool | None = None,
-        guide: Guide | None = None, **kwargs,
+        self, model=None, *args, dev_evaluator: STSEvaluator | None = None, eval_bf16: bool | None = None,
+        guide: Guide | None = None, max_seq_length: int | None = None, **kwargs,
     ):
-        super().__init__(*args, **kwargs)
+        """`Trainer`'s arguments; used directly, `model` may be a model id and `train_dataset` a raw `Dataset` of the
+        method's text columns, tokenised to `max_seq_length` tokens (`hf_sentcl.trainers.direct`)."""
+        model = direct_use(type(self), model, kwargs, max_seq_length)
+        super().__init__(model, *args, **kwargs)
         # dev evaluation precision: as the final evaluation's (None: mixed when training is mixed)
         self.eval_bf16 = bool(self.args.bf16 or self.args.fp16) if eval_bf16 is None else eval_bf16
         freeze_backbone_pooler(self.model)
