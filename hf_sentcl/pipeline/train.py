@@ -57,9 +57,8 @@ from hf_sentcl.trainers.guide import Guide
 logger = logging.getLogger("hf_sentcl")
 
 
-def evaluate_suites(encoder: SentenceEncoder, suites: EvaluationSuites, recipe: Recipe) -> SuiteResults:
-    mixed = eval_mixed_precision(recipe.data, recipe.training)
-    return suites(encoder, batch_size=recipe.training.per_device_eval_batch_size, bf16=mixed)
+def evaluate_suites(encoder: SentenceEncoder, stage: Stage) -> SuiteResults:
+    return stage.suites(encoder, batch_size=stage.args.per_device_eval_batch_size, bf16=stage.eval_mixed)
 
 
 def run(recipe: Recipe, *, already_checked: bool = False) -> dict[str, Any]:
@@ -113,6 +112,8 @@ class Stage:
     num_views: int
     #: what loading the training data repaired and dropped (results.json's `train.data_cleaning`), when accounted
     data_cleaning: dict[str, Any] | None = None
+    #: whether evaluation runs in mixed precision (`eval_mixed_precision`), derived once for every evaluation
+    eval_mixed: bool = False
 
     @property
     def args(self):
@@ -227,8 +228,9 @@ def build_stage(recipe: Recipe) -> Stage:
         train_data = build_train_data(recipe, encoder.tokenizer)
     train_dataset, num_views, collator = train_data.dataset, train_data.num_views, train_data.collator
     logger.info("Training on %d examples with %d text view(s) each.", len(train_dataset), num_views)
+    eval_mixed = eval_mixed_precision(recipe.data, args)
     logger.info("Precision: training %s (precision: %s), evaluation %s.", args.resolved_precision,
-                args.precision or "from bf16/fp16", "mixed" if eval_mixed_precision(recipe.data, args) else "fp32")
+                args.precision or "from bf16/fp16", "mixed" if eval_mixed else "fp32")
     dev_evaluator = STSEvaluator(data_dir, tasks=("STSBenchmark",), split="dev")
     whitening, glue = suite_settings(recipe.data)
     suites = EvaluationSuites(
@@ -243,12 +245,12 @@ def build_stage(recipe: Recipe) -> Stage:
         data_collator=collator,
         processing_class=encoder.tokenizer,
         dev_evaluator=dev_evaluator,
-        eval_bf16=eval_mixed_precision(recipe.data, args),
+        eval_bf16=eval_mixed,
         guide=guide,
     )
     print_logs_as_numbers(trainer)
     return Stage(recipe, encoder, trainer, suites, dev_evaluator, data_dir, len(train_dataset), num_views,
-                 data_cleaning=train_data.data_cleaning)
+                 data_cleaning=train_data.data_cleaning, eval_mixed=eval_mixed)
 
 
 def dev_dataset(dev_evaluator: STSEvaluator) -> Dataset:
@@ -288,7 +290,7 @@ def evaluate_untouched(stage: Stage) -> SuiteResults | None:
     set_phase("evaluating")
     try:
         with on_device(stage.encoder, stage.args.device), phase("Evaluation before training"):
-            return evaluate_suites(stage.encoder, stage.suites, stage.recipe)
+            return evaluate_suites(stage.encoder, stage)
     except Preempted:
         return None
     finally:
@@ -417,7 +419,7 @@ def evaluate_after(stage: Stage, encoder: SentenceEncoder) -> dict[str, SuiteRes
     if not stage.suites.suites:
         return {}
     with phase("Final evaluation"):
-        return {"after": evaluate_suites(encoder, stage.suites, stage.recipe)}
+        return {"after": evaluate_suites(encoder, stage)}
 
 
 def export_and_push(stage: Stage, encoder: SentenceEncoder, results: dict[str, Any]) -> dict[str, Any]:
@@ -446,8 +448,7 @@ def score_results(stage: Stage, encoder: SentenceEncoder, scores: dict[str, Suit
     else:  # MTEB's protocol (SICK-R on all pairs)
         with phase("MTEB-protocol STS scores", "for the card's model-index and the MTEB result files"):
             results.update(mteb_sts_scores(
-                encoder, stage.data_dir, recipe.training.per_device_eval_batch_size,
-                eval_mixed_precision(recipe.data, recipe.training),
+                encoder, stage.data_dir, recipe.training.per_device_eval_batch_size, stage.eval_mixed,
                 reuse=results["sts"]["after"] if recipe.data.sts_mode == "all" else None,
             ).to_results())
     return results

@@ -334,7 +334,7 @@ def test_from_scratch_run_evaluates_the_fresh_backbone_before_training(
 
     evaluated = []
 
-    def record_and_stop(encoder, suites, recipe):
+    def record_and_stop(encoder, stage):
         evaluated.append(encoder.backbone.config.num_hidden_layers)
         raise Stop
 
