@@ -52,3 +52,15 @@ def test_a_raw_dataset_without_the_method_columns_is_refused(tmp_path, tiny_bert
     with pytest.raises(ValueError, match=r"train_dataset has no column 'score'.*method 'angle' reads"):
         AnglETrainer(model=str(tiny_bert_dir), args=AnglEConfig(**settings(tmp_path)),
                      train_dataset=Dataset.from_dict({"sent0": ["a b"] * 8, "sent1": ["c d"] * 8}))
+
+
+def test_a_method_folder_trainer_with_its_own_init_takes_a_model_id(tmp_path, tiny_bert_dir):
+    """ESimCSE builds its momentum encoder from the model in its own __init__: a model id works there too."""
+    from hf_sentcl.methods.esimcse.config import ESimCSEConfig
+    from hf_sentcl.methods.esimcse.trainer import ESimCSETrainer
+
+    trainer = ESimCSETrainer(model=str(tiny_bert_dir), args=ESimCSEConfig(**settings(tmp_path), queue_size=16),
+                             train_dataset=Dataset.from_dict({"text": random_sentences(48, seed=2)}))
+    losses, changed = trained(trainer)
+    assert len(losses) == 6 and changed
+    assert int(trainer.momentum.filled) == 16  # 6 steps of 8 filled the queue
