@@ -42,6 +42,7 @@ METHODS = {
     "clear": ("clear_bert.yaml", "text"),
     "byop": ("byop_bert.yaml", "text"),
     "angle": ("angle_bert.yaml", "sts"),  # sts_train: stsb, from the data directory (scores gathered with the views)
+    "esimcse": ("esimcse_bert.yaml", "text"),
 }
 CONFIGS = ("multi_cpu.yaml", "deepspeed_zero2.yaml", "deepspeed_zero3.yaml", "fsdp.yaml")
 STRATEGY = {"multi_cpu.yaml": "DDP", "deepspeed_zero2.yaml": "DeepSpeed ZeRO-2",
@@ -53,6 +54,7 @@ REFUSED = {
     "clear": "method clear cannot run under",
     "consert_joint": "method consert with supervised_mode 'joint' cannot run under",
     "consert_sup_unsup": "method consert with supervised_mode 'sup-unsup' cannot run under",
+    "esimcse": "method esimcse cannot run under",
 }
 #: one cell per config accumulates gradients over 2 micro-batches (gathered negatives per micro-batch)
 ACCUMULATING = {("multi_cpu.yaml", "simcse_sup"), ("deepspeed_zero2.yaml", "byop"),

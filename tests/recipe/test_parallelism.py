@@ -248,6 +248,7 @@ MATRIX_REFUSALS = {
     "clear_bert.yaml": "method clear cannot run under",
     "consert_bert_joint.yaml": "method consert with supervised_mode 'joint' cannot run under",
     "consert_bert_sup_unsup.yaml": "method consert with supervised_mode 'sup-unsup' cannot run under",
+    "esimcse_bert.yaml": "method esimcse cannot run under",
 }
 
 
