@@ -235,6 +235,22 @@ def step(trainer, inputs, mini_batch_size, seed=7):
     return loss.detach(), gradients(trainer.model)
 
 
+def reference_step(trainer, inputs, size, seed=7):
+    """The plain large-batch step with the random draws the cached step makes (dropout masks, a method's augmentations):
+    the mini-batches of `size` encoded one after the other WITH autograd (all activations kept), then one loss and one
+    backward over the whole batch; returns (loss, gradients)."""
+    from hf_sentcl.trainers.cached import split_batch
+
+    model = trainer.model
+    model.zero_grad(set_to_none=True)
+    model.train()
+    torch.manual_seed(seed)
+    views = torch.cat([trainer.forward_views(model, chunk).views for chunk in split_batch(inputs, size)], dim=1)
+    loss, _ = trainer.batch_loss(model, views, inputs)
+    loss.backward()
+    return loss.detach(), gradients(model)
+
+
 def loss_with_fixed_draws(trainer, model, metric: str | None = None, seed: int = 0) -> float:
     """The trainer's loss on all its training examples as one batch with the random draws of `seed` (dropout masks,
     SG's sampled layers), or with `metric` that component of it as the trainer records it (SG's `contrastive_loss`).

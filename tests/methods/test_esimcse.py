@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 from datasets import Dataset
-from helpers import assert_same, build_tiny_bert, gradients, random_sentences, step, write_yaml_recipe
+from helpers import assert_same, build_tiny_bert, random_sentences, reference_step, step, write_yaml_recipe
 from launching import cut_back, max_difference
 from safetensors.torch import load_file
 from transformers import TrainerCallback
@@ -29,7 +29,6 @@ from hf_sentcl.methods.esimcse.config import ESimCSEConfig
 from hf_sentcl.methods.esimcse.loss import queue_info_nce
 from hf_sentcl.methods.esimcse.trainer import MOMENTUM_FILE, MOMENTUM_NAME, ESimCSETrainer
 from hf_sentcl.registry import METHODS
-from hf_sentcl.trainers.cached import split_batch
 
 BATCH, MINI, QUEUE = 8, 3, 12
 NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -351,19 +350,6 @@ def test_two_processes_enqueue_the_gathered_keys(model_dir, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- the cached step
-def reference_step(trainer, inputs, size, seed=7):
-    """The plain large-batch step with the draws the cached step makes: the mini-batches encoded one after the other
-    with autograd (repetitions and dropout masks drawn in that order), then one loss and one backward."""
-    model = trainer.model
-    model.zero_grad(set_to_none=True)
-    model.train()
-    torch.manual_seed(seed)
-    views = torch.cat([trainer.forward_views(model, chunk).views for chunk in split_batch(inputs, size)], dim=1)
-    loss, _ = trainer.batch_loss(model, views, inputs)
-    loss.backward()
-    return loss.detach(), gradients(model)
-
-
 def test_cached_step_equals_the_plain_step(model_dir, tmp_path):
     """With the queue 10/12 full: without random draws (no repetition room, dropout off) the cached step equals
     Trainer's plain step; with repetition and dropout it equals the full-autograd step with the same draws, and the

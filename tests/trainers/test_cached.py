@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 from datasets import Dataset
-from helpers import assert_same, build_tiny_bert, gradients, random_sentences, step
+from helpers import assert_same, build_tiny_bert, gradients, random_sentences, reference_step, step
 
 from hf_sentcl import SentenceEncoder
 from hf_sentcl.configs import SelfGuidedConfig, SimCSEConfig, SupervisedSimCSEConfig
@@ -78,19 +78,6 @@ def test_cached_step_equals_plain_step_without_dropout(model_dir, tmp_path, meth
     trainer = make_trainer(model_dir, tmp_path, method, dropout=False)
     inputs = first_batch(trainer)
     assert_same(step(trainer, inputs, None), step(trainer, inputs, MINI))
-
-
-def reference_step(trainer, inputs, size, seed=7):
-    """The plain large-batch step with the dropout masks the cached step draws: the mini-batches are encoded one
-    after the other WITH autograd (all activations kept), then one loss and one backward over the whole batch."""
-    model = trainer.model
-    model.zero_grad(set_to_none=True)
-    model.train()
-    torch.manual_seed(seed)
-    views = torch.cat([trainer.forward_views(model, chunk).views for chunk in split_batch(inputs, size)], dim=1)
-    loss, _ = trainer.batch_loss(model, views, inputs)
-    loss.backward()
-    return loss.detach(), gradients(model)
 
 
 @pytest.mark.slow
