@@ -124,18 +124,6 @@ PAPERS: dict[str, Paper] = {
 }""",
         code="https://github.com/galsang/SG-BERT",  # papers/sg-bert.txt, section 4.1
     ),
-    "consert": Paper(
-        "Yuanmeng Yan, Rumei Li, Sirui Wang, Fuzheng Zhang, Wei Wu, Weiran Xu",
-        "ConSERT: A Contrastive Framework for Self-Supervised Sentence Representation Transfer", "ACL 2021",
-        "2105.11741",
-        """@inproceedings{yan2021consert,
-  title = {{ConSERT}: A Contrastive Framework for Self-Supervised Sentence Representation Transfer},
-  author = {Yan, Yuanmeng and Li, Rumei and Wang, Sirui and Zhang, Fuzheng and Wu, Wei and Xu, Weiran},
-  booktitle = {Proceedings of the 59th Annual Meeting of the Association for Computational Linguistics (ACL)},
-  year = {2021}
-}""",
-        code="https://github.com/yym6472/ConSERT",  # papers/consert.txt, footnote 3
-    ),
     "clear": Paper(
         "Zhuofeng Wu, Sinong Wang, Jiatao Gu, Madian Khabsa, Fei Sun, Hao Ma",
         "CLEAR: Contrastive Learning for Sentence Representation", "arXiv preprint 2020", "2012.15466",
@@ -255,17 +243,6 @@ BUILT_IN: tuple[MethodSpec, ...] = (
         "(Kim et al. 2021).",
         sharded_weights_problem="its frozen copy, projection head and parameter-distance regularizer use the "
         "encoder's weights outside its forward",
-    ),
-    MethodSpec(
-        name="consert",
-        paper=PAPERS["consert"],
-        stage_dirname="stage-1",
-        config_path="hf_sentcl.configs.consert.ConSERTConfig",
-        trainer_path="hf_sentcl.trainers.consert.ConSERTTrainer",
-        text_columns=("text",),
-        summary="ConSERT: embedding-level augmentations, NT-Xent; NLI joint/chained settings (Yan et al. 2021).",
-        stages_path="hf_sentcl.trainers.consert.consert_stages",
-        train_data_path="hf_sentcl.trainers.consert.consert_train_data",
     ),
     MethodSpec(
         name="clear",

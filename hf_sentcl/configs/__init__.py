@@ -2,13 +2,11 @@
 
 from hf_sentcl.configs.arguments import DataArguments, ModelArguments, SentCLTrainingArguments
 from hf_sentcl.configs.clear import CLEARConfig
-from hf_sentcl.configs.consert import ConSERTConfig
 from hf_sentcl.configs.self_guided import SelfGuidedConfig
 from hf_sentcl.configs.simcse import SimCSEConfig, SupervisedSimCSEConfig
 
 __all__ = [
     "CLEARConfig",
-    "ConSERTConfig",
     "DataArguments",
     "ModelArguments",
     "SelfGuidedConfig",

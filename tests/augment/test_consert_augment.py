@@ -17,7 +17,7 @@ from hf_sentcl.augment.embedding import (
     random_subset,
     shuffled_order,
 )
-from hf_sentcl.trainers.consert import (
+from hf_sentcl.methods.consert.trainer import (
     disable_dropout,
 )
 

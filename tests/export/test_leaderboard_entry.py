@@ -35,7 +35,7 @@ from hf_sentcl.export.verify import PROBE_SENTENCES
 from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS, resolve_model_name
 from hf_sentcl.recipe.metadata import non_default_settings, training_data_summary
 from hf_sentcl.recipe.parser import parse_recipe
-from hf_sentcl.registry import PAPERS
+from hf_sentcl.registry import METHODS, PAPERS
 
 BASE = "sentence-transformers/all-MiniLM-L6-v2"
 SCORES = {task: 70.0 + i for i, task in enumerate(STS_TASKS)}
@@ -173,7 +173,7 @@ def test_a_chained_run_names_the_first_stage_data_and_the_original_base(tmp_path
     base = mteb.get_model_meta(BASE, fetch_from_hf=False).get_training_datasets()
     sts = {"STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICK-R"}
     assert meta.adapted_from == BASE and meta.training_datasets == sts | base
-    assert meta.citation == PAPERS["consert"].bibtex
+    assert meta.citation == METHODS["consert"].paper.bibtex
     assert meta.public_training_code == (project_code_url() or "https://github.com/yym6472/ConSERT")
     assert meta.max_tokens == plan.max_seq_length == 64  # the tiny BERT has no sentence-transformers setting
     assert "#   - dataset 'stanfordnlp/snli' (train) (nli_source, Hub dataset stanfordnlp/snli)" in (

@@ -13,11 +13,12 @@ import pytest
 from helpers import write_snli, write_yaml_recipe
 
 from hf_sentcl import SentenceEncoder
+from hf_sentcl.methods.consert import stages as consert
+from hf_sentcl.methods.consert.stages import consert_stages
+from hf_sentcl.methods.consert.trainer import ConSERTTrainer
 from hf_sentcl.pipeline.train import run
 from hf_sentcl.recipe.checks import validate_recipe
 from hf_sentcl.recipe.parser import RecipeError, parse_recipe
-from hf_sentcl.trainers import consert
-from hf_sentcl.trainers.consert import ConSERTTrainer, consert_stages
 
 PLUGINS = {
     "matryoshka_dims": {"matryoshka_dims": [32, 16], "matryoshka_weights": [1.0, 0.5]},

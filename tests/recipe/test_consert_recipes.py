@@ -7,12 +7,12 @@ import pytest
 from helpers import write_yaml_recipe
 
 from hf_sentcl.cli.train import main
-from hf_sentcl.configs import ConSERTConfig
-from hf_sentcl.recipe.checks import validate_recipe
-from hf_sentcl.recipe.parser import RecipeError, parse_recipe
-from hf_sentcl.trainers.consert import (
+from hf_sentcl.methods.consert.config import ConSERTConfig
+from hf_sentcl.methods.consert.stages import (
     consert_stages,
 )
+from hf_sentcl.recipe.checks import validate_recipe
+from hf_sentcl.recipe.parser import RecipeError, parse_recipe
 
 
 @pytest.mark.parametrize(

@@ -10,16 +10,16 @@ from safetensors import safe_open
 from torch import nn
 
 from hf_sentcl import SentenceEncoder
-from hf_sentcl.configs import ConSERTConfig
 from hf_sentcl.data import ViewCollator, tokenize_views
 from hf_sentcl.data.nli import LabelledViewCollator
 from hf_sentcl.losses import pair_classification_loss
-from hf_sentcl.trainers.cached import split_batch
-from hf_sentcl.trainers.consert import (
+from hf_sentcl.methods.consert.config import ConSERTConfig
+from hf_sentcl.methods.consert.trainer import (
     CLASSIFIER_FILE,
     CLASSIFIER_NAME,
     ConSERTTrainer,
 )
+from hf_sentcl.trainers.cached import split_batch
 
 
 # ------------------------------------------------------------------------------------------ the trainer
