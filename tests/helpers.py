@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from transformers import set_seed
 
 from hf_sentcl.evaluation import transfer
 from hf_sentcl.evaluation.glue import MRPC_DEV_SIZE
@@ -487,8 +488,11 @@ def recipe_values(name, model_dir, data_dir, out_dir, files, **overrides):
 
 
 def build_trainer(tmp_path, name, tiny_bert_dir, senteval_dir, files, **overrides):
+    """The method's trainer as a run builds it, seeded first as `run_stage` does: the weights a method initialises
+    (SimCSE's head) do not depend on what earlier tests drew from torch's generator."""
     recipe = parse_recipe(None, (), **recipe_values(name, tiny_bert_dir, senteval_dir, tmp_path / name, files,
                                                     **overrides))
+    set_seed(recipe.training.seed)
     return build_stage(recipe).trainer
 
 
