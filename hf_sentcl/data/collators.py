@@ -6,9 +6,10 @@ from dataclasses import dataclass
 from itertools import chain
 
 import torch
+from datasets import Dataset
 from transformers import PreTrainedTokenizerBase
 
-from hf_sentcl.data.corpus import VIEW_PREFIX
+from hf_sentcl.data.corpus import VIEW_PREFIX, float_scores, tokenize_views
 
 
 def pad_token_ids(
@@ -90,3 +91,23 @@ class LabelledViewCollator(ViewCollator):
         batch = super().__call__(features)
         batch["labels"] = torch.tensor([f[self.label_column] for f in features], dtype=self.label_dtype)
         return batch
+
+
+def tokenized_views(
+    rows: Dataset,
+    tokenizer: PreTrainedTokenizerBase,
+    columns: tuple[str, ...],
+    max_seq_length: int,
+    score_column: str | None = None,
+    source: str = "train_dataset",
+    num_proc: int | None = None,
+    pad_to_multiple_of: int | None = None,
+) -> tuple[Dataset, ViewCollator]:
+    """`rows`' text `columns` tokenised into views, with their collator; with `score_column`, its values (numbers,
+    `float_scores`, `source` naming them in an error) as float `labels` and the collator that returns them. The one
+    path of the plain loader, a method's own data and a trainer used directly."""
+    dataset = tokenize_views(rows.select_columns(list(columns)), tokenizer, columns, max_seq_length, num_proc)
+    if score_column is None:
+        return dataset, ViewCollator(tokenizer, num_views=len(columns), pad_to_multiple_of=pad_to_multiple_of)
+    dataset = dataset.add_column("labels", float_scores(rows, score_column, source))
+    return dataset, LabelledViewCollator(tokenizer, len(columns), pad_to_multiple_of, label_dtype=torch.float32)

@@ -6,12 +6,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from datasets import Dataset
 from transformers import AutoConfig
 
-from hf_sentcl.data import LabelledViewCollator, ViewCollator, add_length_column, tokenize_views
-from hf_sentcl.data.corpus import float_scores, load_training_data
+from hf_sentcl.data import add_length_column
+from hf_sentcl.data.collators import tokenized_views
+from hf_sentcl.data.corpus import load_training_data
 from hf_sentcl.modeling import SentenceEncoder
 from hf_sentcl.modeling.backbone import resolve_model_name
 from hf_sentcl.recipe.parser import Recipe
@@ -79,16 +79,11 @@ def build_train_data(recipe: Recipe, tokenizer) -> TrainData:
         # is dropped and counted rather than tokenised as None
         raw, cleaning = load_training_data(recipe.data, spec.required_columns, spec.optional_text_columns)
         columns = spec.text_columns + tuple(c for c in spec.optional_text_columns if c in raw.column_names)
-        dataset = tokenize_views(
-            raw.select_columns(list(columns)), tokenizer, columns, recipe.data.max_seq_length,
-            recipe.data.preprocessing_num_workers,
+        dataset, collator = tokenized_views(
+            raw, tokenizer, columns, recipe.data.max_seq_length, spec.score_column, cleaning.source,
+            recipe.data.preprocessing_num_workers, recipe.data.pad_to_multiple_of,
         )
         num_views = len(columns)
-        collator = ViewCollator(tokenizer, num_views=num_views, pad_to_multiple_of=recipe.data.pad_to_multiple_of)
-        if spec.score_column:
-            dataset = dataset.add_column("labels", float_scores(raw, spec.score_column, cleaning.source))
-            collator = LabelledViewCollator(tokenizer, num_views, recipe.data.pad_to_multiple_of,
-                                            label_dtype=torch.float32)
     if recipe.training.train_sampling_strategy in LENGTH_SAMPLERS:
         dataset = add_length_column(dataset, num_views, recipe.training.length_column_name)
     return TrainData(dataset, num_views, collator, cleaning.as_dict() if cleaning is not None else None)

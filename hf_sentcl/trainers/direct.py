@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import torch
 from datasets import Dataset
 
-from hf_sentcl.data.collators import LabelledViewCollator, ViewCollator
-from hf_sentcl.data.corpus import VIEW_PREFIX, float_scores, method_columns, tokenize_views
+from hf_sentcl.data.collators import tokenized_views
+from hf_sentcl.data.corpus import VIEW_PREFIX, method_columns
 from hf_sentcl.modeling import SentenceEncoder
 from hf_sentcl.registry import METHODS, MethodSpec
 
@@ -42,12 +41,7 @@ def prepare_raw_dataset(trainer_class: type, model, dataset: Dataset,
     method_columns("train_dataset", dataset.column_names, spec.required_columns, spec.optional_text_columns,
                    reader=f"method '{spec.name}'")
     columns = spec.text_columns + tuple(c for c in spec.optional_text_columns if c in dataset.column_names)
-    tokenized = tokenize_views(dataset.select_columns(list(columns)), model.tokenizer, columns, max_seq_length)
-    if not spec.score_column:
-        return tokenized, ViewCollator(model.tokenizer, num_views=len(columns))
-    scores = float_scores(dataset, spec.score_column, "train_dataset")
-    return (tokenized.add_column("labels", scores),
-            LabelledViewCollator(model.tokenizer, len(columns), label_dtype=torch.float32))
+    return tokenized_views(dataset, model.tokenizer, columns, max_seq_length, spec.score_column)
 
 
 def direct_use(trainer_class: type, model, kwargs: dict, max_seq_length: int | None) -> SentenceEncoder:

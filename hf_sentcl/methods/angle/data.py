@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 from datasets import Dataset
 from transformers import PreTrainedTokenizerBase
 
-from hf_sentcl.data.collators import LabelledViewCollator
-from hf_sentcl.data.corpus import OwnDataSettings, random_subset, tokenize_views
+from hf_sentcl.data.collators import LabelledViewCollator, tokenized_views
+from hf_sentcl.data.corpus import OwnDataSettings, random_subset
 from hf_sentcl.evaluation.sts import load_sts_task
 from hf_sentcl.hub.download import resolve_data_dir
 
@@ -49,12 +48,9 @@ class STSTrainPairs(OwnDataSettings):
         self.pairs()  # the data folder resolves and the split reads, or the error names the file
 
     def build(self, tokenizer: PreTrainedTokenizerBase) -> tuple[Dataset, int, LabelledViewCollator]:
-        pairs = self.pairs()
-        tokenized = tokenize_views(pairs, tokenizer, PAIR_COLUMNS, self.max_seq_length, self.num_proc)
-        tokenized = tokenized.add_column("labels", pairs["labels"])
-        collator = LabelledViewCollator(tokenizer, len(PAIR_COLUMNS), self.pad_to_multiple_of,
-                                        label_dtype=torch.float32)
-        return tokenized, len(PAIR_COLUMNS), collator
+        dataset, collator = tokenized_views(self.pairs(), tokenizer, PAIR_COLUMNS, self.max_seq_length, "labels",
+                                            self.description, self.num_proc, self.pad_to_multiple_of)
+        return dataset, len(PAIR_COLUMNS), collator
 
 
 def angle_train_data(recipe) -> STSTrainPairs | None:
