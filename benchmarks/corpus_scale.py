@@ -55,6 +55,7 @@ def child(recipe_path: str, train_file: str, output_dir: str) -> dict:
     started = time.perf_counter()
     from hf_sentcl.pipeline import train as pipeline_train
     from hf_sentcl.recipe.parser import parse_recipe
+    from hf_sentcl.recipe.plan import plan_run
 
     data_seconds = []
     build_train_data = pipeline_train.build_train_data
@@ -74,7 +75,7 @@ def child(recipe_path: str, train_file: str, output_dir: str) -> dict:
         report_to="none", disable_tqdm=True, logging_steps=1,
     )
     imported = time.perf_counter() - started
-    stage = pipeline_train.build_stage(recipe)
+    stage = pipeline_train.build_stage(plan_run(recipe))
     built = time.perf_counter() - started
     build_peak = high_water_mib()
     stage.trainer.train()

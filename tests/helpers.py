@@ -18,6 +18,7 @@ from hf_sentcl.evaluation import transfer
 from hf_sentcl.evaluation.glue import MRPC_DEV_SIZE
 from hf_sentcl.pipeline.train import build_stage
 from hf_sentcl.recipe.parser import parse_recipe
+from hf_sentcl.recipe.plan import plan_run
 from hf_sentcl.registry import METHODS
 
 SPECIAL_BERT = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -493,7 +494,7 @@ def build_trainer(tmp_path, name, tiny_bert_dir, senteval_dir, files, **override
     recipe = parse_recipe(None, (), **recipe_values(name, tiny_bert_dir, senteval_dir, tmp_path / name, files,
                                                     **overrides))
     set_seed(recipe.training.seed)
-    return build_stage(recipe).trainer
+    return build_stage(plan_run(recipe)).trainer
 
 
 class DtypeProbe:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from hf_sentcl.common import exits
 
 if TYPE_CHECKING:
-    from hf_sentcl.recipe.parser import Recipe
+    from hf_sentcl.recipe.plan import RunPlan
 
 PROG = "hf-sentcl sweep"
 
@@ -93,7 +93,7 @@ def run_sweep(argv: list[str]) -> int:
     except (RecipeError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return exits.BAD_INPUT
-    signals = next(iter(recipes.values())).training.preemption_signals
+    signals = next(iter(recipes.values())).recipe.training.preemption_signals
 
     def work() -> int:
         start()
@@ -102,13 +102,14 @@ def run_sweep(argv: list[str]) -> int:
     return watched_run(work, signals)  # preempted: the same command resumes the sweep (finished runs are reused)
 
 
-def publishing_status(recipes: Iterable[Recipe]) -> int:
+def publishing_status(plans: Iterable[RunPlan]) -> int:
     """FAILED when any run's export or push failed, this time or in an earlier sweep whose run is reused (each run
     printed its error as it ended; they are listed again here, where a sweep's long log ends), else OK. The summary
     is written either way: the scores do not depend on the export."""
     from hf_sentcl.recipe.run_folder import recorded_failures
 
-    failed = {r.training.output_dir: f for r in recipes if (f := recorded_failures(r.training.output_dir))}
+    output_dirs = [plan.recipe.training.output_dir for plan in plans]
+    failed = {out: f for out in output_dirs if (f := recorded_failures(out))}
     for output_dir, failures in failed.items():
         print(f"error: run {output_dir}: " + " ".join(failures.values()), file=sys.stderr, flush=True)
     return exits.FAILED if failed else exits.OK

@@ -53,7 +53,7 @@ def check_and_run(recipe: Recipe) -> int:
     """Check the recipe (every process of a launch agrees on the outcome, `hf_sentcl.recipe.checks.checked`), stop
     if a preemption signal came meanwhile, then run it; the exit status."""
     try:
-        recipe = checked(recipe)
+        plan = checked(recipe)
     except RunComplete as done:  # resume_from_checkpoint: auto, requeued after the run finished
         if done.failed:
             print(f"error: {done}", file=sys.stderr, flush=True)
@@ -63,8 +63,8 @@ def check_and_run(recipe: Recipe) -> int:
     except (RecipeError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return exits.BAD_INPUT
-    stop_if_signalled(recipe, "before training, while the recipe was read and checked")
-    return results_status(run(recipe, already_checked=True))
+    stop_if_signalled(plan.recipe, "before training, while the recipe was read and checked")
+    return results_status(run(plan))
 
 
 def with_guarded_builds(recipe: Recipe) -> Recipe:

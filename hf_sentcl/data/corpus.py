@@ -115,6 +115,17 @@ def text_sources(data_args: DataArguments) -> list[str]:
     return [k for k in TEXT_SOURCES if getattr(data_args, k) is not None]
 
 
+def the_text_source(data_args: DataArguments) -> str:
+    """The one key of `TEXT_SOURCES` that `data_args` sets; ValueError when none or several are set."""
+    sources = text_sources(data_args)
+    if len(sources) != 1:
+        raise ValueError(
+            f"set exactly one of 'train_file', 'dataset_name', 'unlabeled_sts' (the training text); got "
+            f"{sources or 'none'}."
+        )
+    return sources[0]
+
+
 def load_data_file(path: Path, scan: FileScan | None = None) -> Dataset:
     """A local .txt (one example per line), .csv, .tsv or .json(l) file as a Dataset (extension in FILE_BUILDERS),
     read as `scan` (by default `scan_data_file(path)`) found it: bad UTF-8 sequences replaced by U+FFFD when it
@@ -219,12 +230,7 @@ def load_training_data(
 
 def _raw_training_data(data_args: DataArguments, text_columns: tuple[str, ...]) -> tuple[Dataset, str, FileScan | None]:
     """The source's rows as read, its description, and the file's scan (None for other sources)."""
-    sources = text_sources(data_args)
-    if len(sources) != 1:
-        raise ValueError(
-            "Set exactly one source of training text: 'train_file', 'dataset_name' or 'unlabeled_sts' "
-            f"(got {sources or 'none'})."
-        )
+    the_text_source(data_args)
     if data_args.unlabeled_sts is not None:
         if text_columns != ("text",):
             raise ValueError(f"unlabeled_sts gives single sentences; this method needs columns {text_columns}.")

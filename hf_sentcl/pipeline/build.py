@@ -15,6 +15,7 @@ from hf_sentcl.data.corpus import load_training_data
 from hf_sentcl.modeling import SentenceEncoder
 from hf_sentcl.modeling.backbone import resolve_model_name
 from hf_sentcl.recipe.parser import Recipe
+from hf_sentcl.recipe.plan import StagePlan, plan_run
 from hf_sentcl.registry import get_method
 
 #: transformers' samplers that batch examples by length (they need a length column)
@@ -62,15 +63,17 @@ class TrainData:
 
 
 def build_train_dataset(recipe: Recipe, tokenizer) -> tuple[Dataset, int, Callable]:
-    """Load and tokenise the training data; returns the dataset, its number of text views and the collator."""
-    data = build_train_data(recipe, tokenizer)
+    """A one-stage recipe's training data, tokenised, without its checks (tests, benchmarks); returns the dataset, its
+    number of text views and the collator."""
+    data = build_train_data(plan_run(recipe).stages[-1], tokenizer)
     return data.dataset, data.num_views, data.collator
 
 
-def build_train_data(recipe: Recipe, tokenizer) -> TrainData:
-    """Load and tokenise the training data, with the account of the rows repaired and dropped on the way."""
+def build_train_data(stage: StagePlan, tokenizer) -> TrainData:
+    """Load and tokenise a stage's training data (the method's own, or its text source's columns), with the account
+    of the rows repaired and dropped on the way."""
+    recipe, custom = stage.recipe, stage.train_data
     spec = get_method(recipe.method)
-    custom = spec.train_data(recipe)
     if custom is not None:
         dataset, num_views, collator = custom.build(tokenizer)
         cleaning = getattr(custom, "cleaning", None)  # a method's own data may account for itself (NLITrainData)

@@ -14,7 +14,6 @@ from typing import Any
 from hf_sentcl.common.distributed import any_process
 from hf_sentcl.common.layout import EVAL_BEFORE_JSON, PREEMPTED_JSON, RUN_COMPLETE_JSON
 from hf_sentcl.common.preemption import Preempted, current_watch
-from hf_sentcl.configs.arguments import eval_mixed_precision
 from hf_sentcl.evaluation.report import write_json
 from hf_sentcl.evaluation.suites import SuiteResults
 from hf_sentcl.recipe.parser import Recipe
@@ -71,10 +70,10 @@ def mark_run_complete(output_dir: str | Path, results: dict[str, Any]) -> dict[s
     return record
 
 
-def before_evaluation_key(recipe: Recipe) -> dict[str, Any]:
+def before_evaluation_key(recipe: Recipe, eval_mixed: bool) -> dict[str, Any]:
     """What the scores before training depend on: the model and data settings, and the evaluation precision."""
     settings = {"model": dataclasses.asdict(recipe.model), "data": dataclasses.asdict(recipe.data),
-                "mixed": eval_mixed_precision(recipe.data, recipe.training)}
+                "mixed": eval_mixed}
     return json.loads(json.dumps(settings, default=str))
 
 

@@ -64,8 +64,8 @@ from hf_sentcl.pipeline.train import run
 from hf_sentcl.recipe.checks import checked, validate_recipe
 from hf_sentcl.recipe.metadata import non_default_settings
 from hf_sentcl.recipe.parser import Recipe, RecipeError, parse_recipe
+from hf_sentcl.recipe.plan import RunPlan
 from hf_sentcl.recipe.run_folder import RunComplete
-from hf_sentcl.registry import get_method
 
 #: the two sweeps' usage lines, in their errors and in `hf-sentcl sweep --help` (hf_sentcl/cli/sweep.py HELP)
 USAGE = "usage: hf-sentcl sweep RECIPE.yaml --seeds 1,2,3 [--key value ...]"
@@ -202,15 +202,14 @@ def finished_results(recipe: Recipe) -> dict[str, Any] | None:
 
 def build_runs(
     recipe_path: str, overrides: Sequence[str], changes: Mapping[Key, Mapping[str, Any]]
-) -> dict[Key, Recipe]:
+) -> dict[Key, RunPlan]:
     """One recipe per run (the recipe and overrides, with the run's own `changes`), each validated and, unless it
     finished earlier with the same training settings, its output_dir checked: all before any run trains."""
     recipes = {}
     for key, change in changes.items():
         recipe = parse_recipe(recipe_path, overrides, **change)
-        validate_recipe(recipe)
         try:
-            recipes[key] = recipe if finished_results(recipe) is not None else checked(recipe)
+            recipes[key] = validate_recipe(recipe) if finished_results(recipe) is not None else checked(recipe)
         except RunComplete:  # `resume_from_checkpoint: auto` into a finished run that finished_results did not take
             raise RecipeError(
                 f"{recipe.source}: output_dir '{recipe.training.output_dir}' holds a finished run with other training "
@@ -219,28 +218,26 @@ def build_runs(
     return recipes
 
 
-def run_all(recipes: Mapping[Key, Recipe], describe: Mapping[Key, str]) -> dict[Key, dict[str, Any]]:
+def run_all(plans: Mapping[Key, RunPlan], describe: Mapping[Key, str]) -> dict[Key, dict[str, Any]]:
     """Each run's results: read back when it finished earlier with the same training settings, else trained."""
     results = {}
-    for key, recipe in recipes.items():
-        done = finished_results(recipe)
+    for key, plan in plans.items():
+        done = finished_results(plan.recipe)
         state = "finished earlier, reused" if done is not None else "training"
-        print(f"\n=== {describe[key]} -> {recipe.training.output_dir} ({state})", flush=True)
-        results[key] = done if done is not None else run(recipe, already_checked=True)
+        print(f"\n=== {describe[key]} -> {plan.recipe.training.output_dir} ({state})", flush=True)
+        results[key] = done if done is not None else run(plan)
         gc.collect()
     return results
 
 
-def _base(recipe_path: str, overrides: Sequence[str]) -> Recipe:
-    base = parse_recipe(recipe_path, overrides)
-    validate_recipe(base)
-    return base
+def _base(recipe_path: str, overrides: Sequence[str]) -> RunPlan:
+    return validate_recipe(parse_recipe(recipe_path, overrides))
 
 
 # ------------------------------------------------------------------------------------------------ seeds
-def seed_recipes(recipe_path: str, seeds: Sequence[int], overrides: Sequence[str]) -> dict[int, Recipe]:
+def seed_recipes(recipe_path: str, seeds: Sequence[int], overrides: Sequence[str]) -> dict[int, RunPlan]:
     """Parse and check the recipe once per seed (all before any training starts)."""
-    base = _base(recipe_path, overrides)
+    base = _base(recipe_path, overrides).recipe
     root = Path(base.training.output_dir)
     # the head is only random at evaluation time when kept at inference; otherwise "before" is seed-free
     changes = {
@@ -300,7 +297,7 @@ def summary_markdown(summary: dict[str, Any]) -> str:
 
 
 def run_seeds(
-    recipe_path: str, seeds: Sequence[int], overrides: Sequence[str] = (), recipes: dict[int, Recipe] | None = None
+    recipe_path: str, seeds: Sequence[int], overrides: Sequence[str] = (), recipes: dict[int, RunPlan] | None = None
 ) -> dict[str, Any]:
     """Run (or reuse) the recipe once per seed and write `seeds.json` / `seeds.md` into the recipe's output_dir.
     `recipes`: the runs as `seed_recipes` returned them, when the caller has already checked them."""
@@ -311,7 +308,7 @@ def run_seeds(
         return {}
     summary = summarize(results)
     summary["overrides"] = list(overrides)
-    summary["runs"] = {seed: r.training.output_dir for seed, r in recipes.items()}
+    summary["runs"] = {seed: r.recipe.training.output_dir for seed, r in recipes.items()}
     root = Path(parse_recipe(recipe_path, overrides).training.output_dir)
     table = summary_markdown(summary)
     write_json(root / SEEDS_JSON, summary)
@@ -323,10 +320,11 @@ def run_seeds(
 # ------------------------------------------------------------------------------------------------ few-shot
 def sweep_recipes(
     recipe_path: str, sizes: Sequence[int], seeds: Sequence[int], overrides: Sequence[str], run_full: bool
-) -> dict[tuple[int, int], Recipe]:
+) -> dict[tuple[int, int], RunPlan]:
     """Parse and check every run of the few-shot sweep, keyed (N, seed) (N = 0: the full-data run), before any
     trains."""
-    base = _base(recipe_path, overrides)
+    base_plan = _base(recipe_path, overrides)
+    base = base_plan.recipe
     root, batch = Path(base.training.output_dir), base.training.per_device_train_batch_size
     runs = [(size, seed) for size in sizes if size >= MIN_SUBSET_SIZE for seed in seeds]
     changes: dict[tuple[int, int], dict[str, Any]] = {
@@ -340,17 +338,16 @@ def sweep_recipes(
     if run_full:
         changes[0, seeds[0]] = {"seed": seeds[0], "output_dir": str(root / "full"), "eval_before_training": False}
     recipes = build_runs(recipe_path, overrides, changes)
-    check_sizes(base, sizes)
+    check_sizes(base_plan, sizes)
     return recipes
 
 
-def check_sizes(base: Recipe, sizes: Sequence[int]) -> None:
+def check_sizes(base: RunPlan, sizes: Sequence[int]) -> None:
     """Raise RecipeError when the largest size exceeds the recipe's plain training text (read, no model loaded).
     A method's own training data (ConSERT's NLI pairs) is checked when its run loads it."""
-    spec = get_method(base.method)
-    if any(spec.train_data(stage) is not None for stage in spec.stages(base)):
+    if any(stage.train_data is not None for stage in base.stages):
         return
-    available = len(load_training_dataset(base.data, spec.text_columns))
+    available = len(load_training_dataset(base.recipe.data, base.method.text_columns))
     if max(sizes) > available:
         raise RecipeError(
             f"--subset-sizes {max(sizes)} is larger than the recipe's training data ({available} texts); lower it."
@@ -403,7 +400,7 @@ def sweep_markdown(summary: dict[str, Any]) -> str:
 
 def run_fewshot(
     recipe_path: str, sizes: Sequence[int], seeds: Sequence[int], overrides: Sequence[str] = (),
-    full_results: str | None = None, recipes: dict[tuple[int, int], Recipe] | None = None,
+    full_results: str | None = None, recipes: dict[tuple[int, int], RunPlan] | None = None,
 ) -> dict[str, Any]:
     """Run (or reuse) every run of the few-shot sweep and write `fewshot.json`, `fewshot.md` and `fewshot.png` into
     the recipe's output_dir. `recipes`: the runs as `sweep_recipes` returned them, when the caller checked them."""
@@ -415,7 +412,7 @@ def run_fewshot(
     full = json.loads(Path(full_results).read_text()) if full_results else results.pop((0, seeds[0]))
     summary = summarize_sweep(results, [s for s in sizes if s < MIN_SUBSET_SIZE], full)
     summary.update(recipe=recipe_path, overrides=list(overrides), full_results=full_results,
-                   runs={f"{n}/{s}": r.training.output_dir for (n, s), r in recipes.items() if n})
+                   runs={f"{n}/{s}": r.recipe.training.output_dir for (n, s), r in recipes.items() if n})
     root = Path(parse_recipe(recipe_path, overrides).training.output_dir)
     table = sweep_markdown(summary)
     write_json(root / FEWSHOT_JSON, summary)

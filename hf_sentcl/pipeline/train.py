@@ -26,14 +26,12 @@ from hf_sentcl.common.layout import (
 from hf_sentcl.common.logs import quiet_library_bars, watched
 from hf_sentcl.common.preemption import Preempted, current_watch, set_phase
 from hf_sentcl.common.progress import phase
-from hf_sentcl.configs.arguments import eval_mixed_precision
 from hf_sentcl.evaluation.mteb import mteb_data_problem, mteb_sts_scores
 from hf_sentcl.evaluation.plots import write_run_plots
 from hf_sentcl.evaluation.report import RUN_LABELS, embedding_note, write_json, write_results
 from hf_sentcl.evaluation.sts import STSEvaluator
-from hf_sentcl.evaluation.suites import EvaluationSuites, SuiteResults, markdown_report, run_results, suite_settings
+from hf_sentcl.evaluation.suites import EvaluationSuites, SuiteResults, markdown_report, run_results
 from hf_sentcl.export.publish import publish_run
-from hf_sentcl.hub.download import resolve_data_dir
 from hf_sentcl.modeling import SentenceEncoder
 from hf_sentcl.modeling.health import check_final_model
 from hf_sentcl.modeling.peft import merge_adapters, parameter_counts, save_adapter
@@ -50,7 +48,7 @@ from hf_sentcl.recipe.checks import checked
 from hf_sentcl.recipe.metadata import run_metadata
 from hf_sentcl.recipe.parallelism import describe_parallelism, effective_parallelism
 from hf_sentcl.recipe.parser import Recipe
-from hf_sentcl.registry import get_method
+from hf_sentcl.recipe.plan import RunPlan, StagePlan
 from hf_sentcl.trainers.callbacks import print_logs_as_numbers
 from hf_sentcl.trainers.guide import Guide
 
@@ -61,19 +59,17 @@ def evaluate_suites(encoder: SentenceEncoder, stage: Stage) -> SuiteResults:
     return stage.suites(encoder, batch_size=stage.args.per_device_eval_batch_size, bf16=stage.eval_mixed)
 
 
-def run(recipe: Recipe, *, already_checked: bool = False) -> dict[str, Any]:
+def run(recipe: Recipe | RunPlan) -> dict[str, Any]:
     """Train and evaluate as the recipe says, every stage of a chained method in turn; returns the (last stage's)
-    results dict that is also written to disk. The recipe is checked first unless `already_checked` (by `checked`)."""
-    if not already_checked:
-        recipe = checked(recipe)
-    quiet_progress_bars(recipe)
-    stages = get_method(recipe.method).stages(recipe)
-    for stage in stages[:-1]:
-        run_stage(stage)
+    results dict that is also written to disk. A recipe is checked first (`checked`); a plan already is."""
+    plan = recipe if isinstance(recipe, RunPlan) else checked(recipe)
+    quiet_progress_bars(plan.recipe)
+    for stage in plan.stages[:-1]:
+        run_stage(plan, stage)
         with others_wait_for_main_process():  # the next stage loads this stage's export, written by process 0
             pass
         forget_accelerator_state()
-    return run_stage(stages[-1])
+    return run_stage(plan, plan.stages[-1])
 
 
 def forget_accelerator_state() -> None:
@@ -94,30 +90,40 @@ def quiet_progress_bars(recipe: Recipe) -> None:
     if watched():
         return
     if "disable_tqdm" not in recipe.explicit_keys:
-        recipe.training.disable_tqdm = True
+        recipe.training.disable_tqdm = True  # the stages' settings share this TrainingArguments' fields
     quiet_library_bars()
 
 
 @dataclass
 class Stage:
-    """What one run builds from its recipe, handed from step to step."""
+    """What one run builds from its plan, handed from step to step."""
 
-    recipe: Recipe
+    plan: RunPlan
+    stage: StagePlan
     encoder: SentenceEncoder
     trainer: Any  # the method's ContrastiveTrainer
     suites: EvaluationSuites
     dev_evaluator: STSEvaluator
-    data_dir: Path
     num_examples: int
     num_views: int
     #: what loading the training data repaired and dropped (results.json's `train.data_cleaning`), when accounted
     data_cleaning: dict[str, Any] | None = None
-    #: whether evaluation runs in mixed precision (`eval_mixed_precision`), derived once for every evaluation
-    eval_mixed: bool = False
+
+    @property
+    def recipe(self) -> Recipe:
+        return self.stage.recipe
 
     @property
     def args(self):
-        return self.recipe.training
+        return self.stage.recipe.training
+
+    @property
+    def eval_mixed(self) -> bool:
+        return self.stage.eval_mixed
+
+    @property
+    def data_dir(self) -> Path:
+        return self.plan.data_dir
 
     @property
     def reloads_saved_encoder(self) -> bool:
@@ -127,15 +133,15 @@ class Stage:
         return self.trainer.is_fsdp_enabled or self.trainer.is_deepspeed_enabled
 
 
-def run_stage(recipe: Recipe) -> dict[str, Any]:
-    """One training run of an already checked recipe (or stage); returns its results dict (written to disk)."""
-    set_seed(recipe.training.seed)
+def run_stage(plan: RunPlan, stage_plan: StagePlan) -> dict[str, Any]:
+    """One training run (stage) of a checked plan; returns its results dict (written to disk)."""
+    set_seed(stage_plan.args.seed)
     set_phase("setup")
-    stage = build_stage(recipe)
+    stage = build_stage(plan, stage_plan)
     state_parallelism(stage)
     parameters = parameter_counts(stage.trainer.model)
     scores = evaluate_before(stage)
-    stop_if_signalled(recipe, "before training, during the model load or the evaluation before training")
+    stop_if_signalled(stage.recipe, "before training, during the model load or the evaluation before training")
     train_output = stage.trainer.train(resume_from_checkpoint=stage.args.resume_from_checkpoint)
     end_if_preempted(stage)
     set_phase("finishing")  # a signal from here on stops process 0 at once: training's last checkpoint is complete
@@ -215,28 +221,28 @@ def state_parallelism(stage: Stage) -> None:
         print(describe_parallelism(effective_parallelism(stage.trainer)), flush=True)
 
 
-def build_stage(recipe: Recipe) -> Stage:
-    """The encoder, its training data, the evaluators and the method's trainer."""
-    args = recipe.training
-    data_dir = resolve_data_dir(recipe.data.sts_data_dir)
+def build_stage(plan: RunPlan, stage_plan: StagePlan | None = None) -> Stage:
+    """The encoder, its training data, the evaluators and the method's trainer, for one stage of the plan (by
+    default its last, the only one of most methods)."""
+    stage_plan = stage_plan or plan.stages[-1]
+    recipe, args, data_dir = stage_plan.recipe, stage_plan.args, plan.data_dir
     plugin = getattr(args, "deepspeed_plugin", None)
     with without_zero3_init(None if plugin is None or plugin.zero3_init_flag else plugin):
         encoder = build_encoder(recipe)
     with without_zero3_init(plugin):  # a frozen helper: whole on every process, never partitioned
         guide = Guide.load(args.guide_model, encoder.tokenizer, args.device) if args.guide_model else None
     with args.main_process_first(desc="tokenising training data"):
-        train_data = build_train_data(recipe, encoder.tokenizer)
+        train_data = build_train_data(stage_plan, encoder.tokenizer)
     train_dataset, num_views, collator = train_data.dataset, train_data.num_views, train_data.collator
     logger.info("Training on %d examples with %d text view(s) each.", len(train_dataset), num_views)
-    eval_mixed = eval_mixed_precision(recipe.data, args)
+    eval_mixed = stage_plan.eval_mixed
     logger.info("Precision: training %s (precision: %s), evaluation %s.", args.resolved_precision,
                 args.precision or "from bf16/fp16", "mixed" if eval_mixed else "fp32")
     dev_evaluator = STSEvaluator(data_dir, tasks=("STSBenchmark",), split="dev")
-    whitening, glue = suite_settings(recipe.data)
     suites = EvaluationSuites(
-        data_dir, recipe.data.eval_tasks, sts_mode=recipe.data.sts_mode, whitening=whitening, glue=glue
+        data_dir, recipe.data.eval_tasks, sts_mode=recipe.data.sts_mode, whitening=plan.whitening, glue=plan.glue
     )
-    trainer = get_method(recipe.method).trainer_class(
+    trainer = plan.method.trainer_class(
         model=encoder,
         # The Trainer's own push would upload output_dir with its checkpoints; publish_run pushes the export only.
         args=dataclasses.replace(args, push_to_hub=False) if args.push_to_hub else args,
@@ -249,8 +255,8 @@ def build_stage(recipe: Recipe) -> Stage:
         guide=guide,
     )
     print_logs_as_numbers(trainer)
-    return Stage(recipe, encoder, trainer, suites, dev_evaluator, data_dir, len(train_dataset), num_views,
-                 data_cleaning=train_data.data_cleaning, eval_mixed=eval_mixed)
+    return Stage(plan, stage_plan, encoder, trainer, suites, dev_evaluator, len(train_dataset), num_views,
+                 data_cleaning=train_data.data_cleaning)
 
 
 def dev_dataset(dev_evaluator: STSEvaluator) -> Dataset:
@@ -272,7 +278,7 @@ def evaluate_before(stage: Stage) -> dict[str, SuiteResults]:
     with others_wait_for_main_process() as main:  # the others wait longer than ddp_timeout if need be
         if not main:
             return {}
-        key = before_evaluation_key(recipe)
+        key = before_evaluation_key(recipe, stage.eval_mixed)
         before = read_before_scores(stage.args.output_dir, key)
         if before is None:
             before = evaluate_untouched(stage)
@@ -327,7 +333,7 @@ def save_trained(stage: Stage) -> None:
     if trainer.is_world_process_zero():
         save_lora_adapter(trained, args)
     merge_adapters(trained)  # the saved encoder and its export are plain models (no-op without peft)
-    _check_trained(trained, stage.dev_evaluator, args)  # refuse a poisoned model before it is saved
+    _check_trained(trained, stage)  # refuse a poisoned model before it is saved
     trainer.save_model(args.output_dir)
 
 
@@ -383,7 +389,7 @@ def final_encoder(stage: Stage) -> SentenceEncoder:
     # (OMP_NUM_THREADS=1), minutes for a MiniLM that the GPU encodes in seconds
     encoder.to(stage.args.device)
     logger.info("Final encoder reloaded whole from %s onto %s.", stage.args.output_dir, stage.args.device)
-    _check_trained(encoder, stage.dev_evaluator, stage.args)
+    _check_trained(encoder, stage)
     return encoder
 
 
@@ -458,7 +464,7 @@ def report(stage: Stage, encoder: SentenceEncoder, scores: dict[str, SuiteResult
     """Add the run's metadata and plots to `results`, write results.json/.md and print the table."""
     recipe, args = stage.recipe, stage.args
     results.update(run_metadata(
-        recipe, encoder, stage.num_examples, stage.num_views, effective_parallelism(stage.trainer)
+        stage.stage, encoder, stage.num_examples, stage.num_views, effective_parallelism(stage.trainer)
     ))
     results["plots"] = write_run_plots(
         args.output_dir, stage.trainer.state.log_history,
@@ -471,11 +477,12 @@ def report(stage: Stage, encoder: SentenceEncoder, scores: dict[str, SuiteResult
     print(f"\nResults: {json_path} and {md_path}; encoder saved to {args.output_dir}", flush=True)
 
 
-def _check_trained(encoder: SentenceEncoder, dev_evaluator: STSEvaluator, args) -> None:
-    """TrainingFailure if the trained encoder's weights or STS-B dev embeddings are non-finite or collapsed."""
+def _check_trained(encoder: SentenceEncoder, stage: Stage) -> None:
+    """TrainingFailure if the trained encoder's weights or STS-B dev embeddings are non-finite or collapsed (encoded
+    as the evaluation encodes them)."""
     with phase("Health check of the trained encoder", "finite weights, STS-B dev embeddings not collapsed"):
-        embeddings = dev_evaluator.embed(encoder, batch_size=args.per_device_eval_batch_size,
-                                         bf16=args.bf16 or args.fp16)
+        embeddings = stage.dev_evaluator.embed(encoder, batch_size=stage.args.per_device_eval_batch_size,
+                                               bf16=stage.eval_mixed)
     check_final_model(encoder, embeddings)
 
 

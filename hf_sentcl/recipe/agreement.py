@@ -18,7 +18,6 @@ own checks every process shares its view (one all-gather on the CPU gloo group) 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import socket
@@ -28,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hf_sentcl.recipe.parser import Recipe, RecipeError
+from hf_sentcl.recipe.plan import RunPlan
 from hf_sentcl.recipe.run_folder import RunComplete, checkpoint_problems
 
 logger = logging.getLogger("hf_sentcl")
@@ -55,9 +55,9 @@ def node_name() -> str:
     return f"node {os.environ.get('GROUP_RANK', '0')} ({socket.gethostname()})"
 
 
-def checked_by_every_process(recipe: Recipe, check: Callable[[Recipe], Recipe]) -> Recipe:
-    """`check(recipe)` on every process, then the decision all processes share (module docstring): the checked recipe,
-    with `resume_from_checkpoint` the one checkpoint every process resumes from; RecipeError or RunComplete on every
+def checked_by_every_process(recipe: Recipe, check: Callable[[Recipe], RunPlan]) -> RunPlan:
+    """`check(recipe)` on every process, then the decision all processes share (module docstring): the checked run's
+    plan, resuming from the one checkpoint every process resumes from; RecipeError or RunComplete on every
     process alike. Outside a process group, `check(recipe)` alone."""
     import torch.distributed as dist
 
@@ -85,9 +85,9 @@ def checked_by_every_process(recipe: Recipe, check: Callable[[Recipe], Recipe]) 
     return result
 
 
-def own_view(recipe: Recipe, check: Callable[[Recipe], Recipe]
-             ) -> tuple[ProcessView, Recipe | None, Exception | None]:
-    """This process's checks, caught: its view, the checked recipe (None if refused or finished) and the error."""
+def own_view(recipe: Recipe, check: Callable[[Recipe], RunPlan]
+             ) -> tuple[ProcessView, RunPlan | None, Exception | None]:
+    """This process's checks, caught: its view, the checked run's plan (None if refused or finished) and the error."""
     import torch.distributed as dist
 
     view = ProcessView(rank=dist.get_rank(), node=node_name(), outcome="ok")
@@ -100,7 +100,7 @@ def own_view(recipe: Recipe, check: Callable[[Recipe], Recipe]
         view.outcome, view.message = "refused", str(err)
         return view, None, err
     output_dir = Path(recipe.training.output_dir).expanduser()
-    view.resume = relative_checkpoint(result.training.resume_from_checkpoint, output_dir)
+    view.resume = relative_checkpoint(result.resume_from, output_dir)
     return view, result, None
 
 
@@ -199,13 +199,10 @@ def usable_checkpoints(output_dir: Path) -> list[str]:
     return found
 
 
-def with_resume(recipe: Recipe | None, output_dir: Path, relative: str | None) -> Recipe:
-    """`recipe` resuming from `relative` (a checkpoint relative to output_dir, or None for a fresh start)."""
-    assert recipe is not None  # decide_outcome raised for every other outcome
-    resume = str(output_dir / relative) if relative else None
-    if resume == recipe.training.resume_from_checkpoint:
-        return recipe
-    return dataclasses.replace(recipe, training=dataclasses.replace(recipe.training, resume_from_checkpoint=resume))
+def with_resume(plan: RunPlan | None, output_dir: Path, relative: str | None) -> RunPlan:
+    """`plan` resuming from `relative` (a checkpoint relative to output_dir, or None for a fresh start)."""
+    assert plan is not None  # decide_outcome raised for every other outcome
+    return plan.resuming_from(str(output_dir / relative) if relative else None)
 
 
 def write_probe(output_dir: Path, token: str) -> None:

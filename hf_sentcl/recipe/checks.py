@@ -6,33 +6,49 @@ import warnings
 from pathlib import Path
 
 from hf_sentcl.data.checks import count_train_examples
-from hf_sentcl.data.corpus import check_train_columns, check_train_file, text_sources
+from hf_sentcl.data.corpus import check_train_columns, check_train_file, the_text_source
 from hf_sentcl.evaluation.mteb import license_problem
-from hf_sentcl.evaluation.suites import check_suites, suite_settings
+from hf_sentcl.evaluation.suites import check_suites
 from hf_sentcl.evaluation.transfer import check_transfer_files
-from hf_sentcl.hub.download import resolve_data_dir
 from hf_sentcl.hub.upload import HubError, check_hub_settings
 from hf_sentcl.modeling.backbone import BackboneError, backbone_config, max_sequence_length
 from hf_sentcl.recipe.agreement import checked_by_every_process
 from hf_sentcl.recipe.parallelism import check_topology
 from hf_sentcl.recipe.parser import Recipe, RecipeError
+from hf_sentcl.recipe.plan import RunPlan, plan_run
 from hf_sentcl.recipe.run_folder import check_run_folder
 from hf_sentcl.recipe.run_lock import hold_output_dir
 from hf_sentcl.registry import get_method
 
 
-def validate_recipe(recipe: Recipe) -> None:
-    """Check everything that can be checked without loading a model, so bad input fails in seconds."""
+def validate_recipe(recipe: Recipe) -> RunPlan:
+    """Check everything that can be checked without loading a model, so bad input fails in seconds; returns the
+    recipe's plan (`hf_sentcl.recipe.plan`), whose values the checks read."""
     # TrainingArguments would quietly fall back to ./trainer_output; a run's results belong somewhere named.
     if "output_dir" not in recipe.explicit_keys or not recipe.training.output_dir:
         raise RecipeError(f"{recipe.source}: key 'output_dir' is missing (where results and the encoder go).")
     check_topology(recipe)  # a launch the hardware or the method cannot honour is refused first
-    spec = get_method(recipe.method)
-    try:
-        negatives_batch = spec.trainer_class.check_global_batch(recipe.training)
-    except ValueError as err:
-        raise RecipeError(f"{recipe.source}: {err}") from None
+    plan = plan_run(recipe)
     check_backbone(recipe)
+    check_training_keys(recipe)
+    check_stages(plan)
+    warn_unbounded_compilation(recipe)
+    check_training_source(plan)
+    try:
+        check_suites(recipe.data.eval_tasks)
+    except ValueError as err:
+        raise RecipeError(f"{recipe.source}: key 'eval_tasks': {err}") from None
+    data_dir = plan.data_dir  # resolved now (FileNotFoundError saying how to point at the data): every stage reads it
+    if "transfer" in recipe.data.eval_tasks:
+        check_transfer_files(data_dir)
+    check_publishing(recipe)
+    check_train_text(recipe, plan.negatives_batch)  # last: it reads the whole file
+    return plan
+
+
+def check_training_keys(recipe: Recipe) -> None:
+    """Training keys that contradict each other, and the method's rules for the cached step, length buckets and
+    plug-ins (each rule lives on the trainer class, which also applies it when it is built)."""
     if recipe.training.global_train_batch_size is not None and "per_device_train_batch_size" in recipe.explicit_keys:
         raise RecipeError(
             f"{recipe.source}: keys 'global_train_batch_size' and 'per_device_train_batch_size' are both set; keep "
@@ -40,45 +56,39 @@ def validate_recipe(recipe: Recipe) -> None:
         )
     if recipe.training.export_adapter and not recipe.model.peft:
         raise RecipeError(f"{recipe.source}: key 'export_adapter' needs a 'peft' section (LoRA settings) to train one.")
+    trainer = get_method(recipe.method).trainer_class
     try:
-        spec.trainer_class.check_cached_step(recipe.training)
-        spec.trainer_class.check_length_buckets(recipe.training)
-        spec.trainer_class.check_plugins(recipe.training, recipe.model)
+        trainer.check_cached_step(recipe.training)
+        trainer.check_length_buckets(recipe.training)
+        trainer.check_plugins(recipe.training, recipe.model)
     except ValueError as err:
         raise RecipeError(f"{recipe.source}: {err}") from None
-    try:  # a method's own training data (e.g. NLI pairs) checks itself, stage by stage
-        stages = spec.stages(recipe)
-        stage_data = [spec.train_data(stage) for stage in stages]
-        for data in stage_data:
-            if data is not None:
-                data.check()
+
+
+def check_stages(plan: RunPlan) -> None:
+    """A method's own training data (e.g. NLI pairs) checks itself, stage by stage, and each stage of a chained
+    method passes the plug-in check its trainer makes when it is built."""
+    try:
+        for stage in plan.stages:
+            if stage.train_data is not None:
+                stage.train_data.check()
     except ValueError as err:
-        raise RecipeError(f"{recipe.source}: {err}") from None
-    check_stage_plugins(recipe, stages)
-    warn_unbounded_compilation(recipe)
-    sources = text_sources(recipe.data)
-    if None not in stage_data and sources:
-        own = ", ".join(dict.fromkeys(data.source_key for data in stage_data))
+        raise RecipeError(f"{plan.recipe.source}: {err}") from None
+    check_stage_plugins(plan)
+
+
+def check_training_source(plan: RunPlan) -> None:
+    """Exactly one text source where a stage reads one, and none beside a method that trains on its own data only."""
+    recipe, sources = plan.recipe, list(plan.text_sources)
+    if plan.own_data_only and sources:
+        own = ", ".join(dict.fromkeys(stage.train_data.source_key for stage in plan.stages))
         raise RecipeError(f"{recipe.source}: method '{recipe.method}' trains on its '{own}' here; {sources} would be "
                           "unused: remove it, or unset the method's own data key.")
-    if None in stage_data and len(sources) != 1:
-        raise RecipeError(
-            f"{recipe.source}: set exactly one of 'train_file', 'dataset_name', 'unlabeled_sts' "
-            f"(the training text); got {sources or 'none'}."
-        )
-    try:
-        check_suites(recipe.data.eval_tasks)
-    except ValueError as err:
-        raise RecipeError(f"{recipe.source}: key 'eval_tasks': {err}") from None
-    try:
-        suite_settings(recipe.data)
-    except ValueError as err:
-        raise RecipeError(f"{recipe.source}: {err}") from None
-    data_dir = resolve_data_dir(recipe.data.sts_data_dir)
-    if "transfer" in recipe.data.eval_tasks:
-        check_transfer_files(data_dir)
-    check_publishing(recipe)
-    check_train_text(recipe, negatives_batch)  # last: it reads the whole file
+    if not plan.own_data_only:
+        try:
+            the_text_source(recipe.data)
+        except ValueError as err:
+            raise RecipeError(f"{recipe.source}: {err}") from None
 
 
 def warn_unbounded_compilation(recipe: Recipe) -> None:
@@ -96,21 +106,22 @@ def warn_unbounded_compilation(recipe: Recipe) -> None:
         )
 
 
-def check_stage_plugins(recipe: Recipe, stages: list[Recipe]) -> None:
+def check_stage_plugins(plan: RunPlan) -> None:
     """Each stage of a chained method passes the plug-in check its trainer makes when it is built (`check_plugins`),
     so a plug-in that a stage cannot honour is refused now, naming the stage, and not after the stages before it
     have trained. (The method's `stages` decides which stages carry a plug-in: ConSERT's sup-unsup gives
     `matryoshka_dims` / `false_negatives` to stage 2 only.)"""
-    if len(stages) < 2:
-        return  # the recipe itself, checked above
-    trainer = get_method(recipe.method).trainer_class
-    for number, stage in enumerate(stages, start=1):
+    if len(plan.stages) < 2:
+        return  # the recipe itself, checked by check_training_keys
+    recipe = plan.recipe
+    trainer = plan.method.trainer_class
+    for stage in plan.stages:
         try:
-            trainer.check_plugins(stage.training, stage.model)
+            trainer.check_plugins(stage.args, stage.recipe.model)
         except ValueError as err:
             mode = getattr(recipe.training, "supervised_mode", None)
             chain = f" that supervised_mode '{mode}' chains" if mode else f" of method '{recipe.method}'"
-            raise RecipeError(f"{recipe.source}: stage {number} of the {len(stages)}{chain}: {err}") from None
+            raise RecipeError(f"{recipe.source}: stage {stage.number} of the {stage.of}{chain}: {err}") from None
 
 
 def check_publishing(recipe: Recipe) -> None:
@@ -172,18 +183,18 @@ def check_train_text(recipe: Recipe, global_batch: int) -> None:
         )
 
 
-def checked(recipe: Recipe) -> Recipe:
-    """The recipe after every check that needs no model (RecipeError otherwise), with resume_from_checkpoint
-    resolved to a checkpoint folder; every process of a launch reaches the same verdict and checkpoint
+def checked(recipe: Recipe) -> RunPlan:
+    """The recipe's plan after every check that needs no model (RecipeError otherwise), resuming from the checkpoint
+    folder resume_from_checkpoint resolves to; every process of a launch reaches the same verdict and checkpoint
     (`hf_sentcl.recipe.agreement`)."""
     return checked_by_every_process(recipe, check_on_this_process)
 
 
-def check_on_this_process(recipe: Recipe) -> Recipe:
+def check_on_this_process(recipe: Recipe) -> RunPlan:
     """This process's checks: the recipe's own, then its output_dir (locked against another run still writing in
     it, before any checkpoint there is resolved or removed)."""
-    validate_recipe(recipe)
+    plan = validate_recipe(recipe)
     hold_output_dir(recipe)
-    recipe = check_run_folder(recipe)  # after the recipe's own checks: it creates output_dir to probe it
-    hold_output_dir(recipe, checked=True)  # also a folder the check has just created
-    return recipe
+    resolved = check_run_folder(recipe)  # after the recipe's own checks: it creates output_dir to probe it
+    hold_output_dir(resolved, checked=True)  # also a folder the check has just created
+    return plan.resuming_from(resolved.training.resume_from_checkpoint)

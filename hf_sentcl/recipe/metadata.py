@@ -19,6 +19,7 @@ from hf_sentcl.registry import get_method
 
 if TYPE_CHECKING:
     from hf_sentcl.recipe.parser import Recipe
+    from hf_sentcl.recipe.plan import StagePlan
 
 
 # Settings never shown in the card: local paths, Hub plumbing, log display and anything that could hold a secret.
@@ -90,11 +91,11 @@ def public_file_name(path: str) -> str:
     return path if str(path).startswith("hf://") else Path(os.path.expandvars(path)).name
 
 
-def training_data_summary(recipe: Recipe, num_examples: int | None, text_columns: Sequence[str]) -> dict[str, Any]:
-    """Where the training text came from and how much of it was used; for a `train_file` with a provenance sidecar
-    (`hf_sentcl.data.provenance`, e.g. written by `hf-sentcl mine`), the MTEB datasets it declares."""
-    data = recipe.data
-    own_data = get_method(recipe.method).train_data(recipe)  # e.g. the NLI pairs of a ConSERT sup/joint stage
+def training_data_summary(stage: StagePlan, num_examples: int | None, text_columns: Sequence[str]) -> dict[str, Any]:
+    """Where a stage's training text came from and how much of it was used; for a `train_file` with a provenance
+    sidecar (`hf_sentcl.data.provenance`, e.g. written by `hf-sentcl mine`), the MTEB datasets it declares."""
+    data = stage.recipe.data
+    own_data = stage.train_data  # e.g. the NLI pairs of a ConSERT sup/joint stage
     declared = {}
     if own_data is not None:
         source, name = own_data.source_key, own_data.description
@@ -120,16 +121,14 @@ def training_data_summary(recipe: Recipe, num_examples: int | None, text_columns
     }
 
 
-def precision_summary(recipe: Recipe, weights_dtype: str) -> dict[str, str]:
-    """Numeric precision of training, evaluation and the exported weights."""
-    from hf_sentcl.configs.arguments import eval_mixed_precision  # configs sits below recipe
-
+def precision_summary(recipe: Recipe, weights_dtype: str, eval_mixed: bool) -> dict[str, str]:
+    """Numeric precision of training, evaluation (`StagePlan.eval_mixed`) and the exported weights."""
     args = recipe.training
     training = "bf16 mixed precision (autocast)" if args.bf16 else "fp16 mixed precision" if args.fp16 else "fp32"
     if args.precision == "auto":  # the card says the precision was picked for the hardware it ran on
         training += " (precision: auto)"
     evaluation = "fp32"
-    if eval_mixed_precision(recipe.data, args):
+    if eval_mixed:
         evaluation = "bf16 autocast (fp16 on GPUs without native bf16)"
     return {
         "training": training,
@@ -155,16 +154,17 @@ def library_versions() -> dict[str, str]:
 
 
 def run_metadata(
-    recipe: Recipe, encoder, num_examples: int, num_views: int, parallelism: dict[str, Any] | None = None
+    stage: StagePlan, encoder, num_examples: int, num_views: int, parallelism: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """What the card needs beyond the scores, collected at the end of a run (stored in results.json); `parallelism`
     is `hf_sentcl.recipe.parallelism.effective_parallelism` of the run's trainer."""
+    recipe = stage.recipe
     spec = get_method(recipe.method)
     columns = (spec.text_columns + spec.optional_text_columns)[:num_views]
     return {
         "recipe_settings": non_default_settings(recipe),
-        "training_data": training_data_summary(recipe, num_examples, columns),
-        "precision": precision_summary(recipe, str(next(encoder.parameters()).dtype)),
+        "training_data": training_data_summary(stage, num_examples, columns),
+        "precision": precision_summary(recipe, str(next(encoder.parameters()).dtype), stage.eval_mixed),
         "versions": library_versions(),
         **({"parallelism": parallelism} if parallelism is not None else {}),
     }

@@ -22,6 +22,7 @@ from hf_sentcl.data.provenance import provenance_path, read_provenance
 from hf_sentcl.pipeline.build import build_train_dataset
 from hf_sentcl.recipe.metadata import training_data_summary
 from hf_sentcl.recipe.parser import parse_recipe
+from hf_sentcl.recipe.plan import plan_run
 
 # Unit vectors in the plane at these angles (degrees) from the anchor: cosine to the anchor = cos(angle).
 # After the anchor and the positive are removed, the ranking is c05 (0.996), c15 (0.966), c25 (0.906), c40 (0.766),
@@ -222,7 +223,7 @@ def test_cli_mines_stsb_pairs(tmp_path, tiny_bert_dir, senteval_dir, capsys):
     assert read_provenance(output)["mteb_datasets"] == {"STSBenchmark": ["validation"]}
     recipe = parse_recipe(None, method="simcse_sup", model_name_or_path=str(tiny_bert_dir), train_file=str(output),
                           output_dir=str(tmp_path / "run"))
-    summary = training_data_summary(recipe, 10, ["sent0", "sent1", "hard_neg"])
+    summary = training_data_summary(plan_run(recipe).stages[-1], 10, ["sent0", "sent1", "hard_neg"])
     assert summary["mteb_datasets"] == {"STSBenchmark": ["validation"]}
 
 

@@ -238,13 +238,14 @@ def test_a_hub_training_file_keeps_its_dataset_id_on_the_card(tmp_path):
     from hf_sentcl.export.results import training_datasets
     from hf_sentcl.recipe.metadata import non_default_settings, training_data_summary
     from hf_sentcl.recipe.parser import parse_recipe
+    from hf_sentcl.recipe.plan import plan_run
 
     quickstart = Path(__file__).resolve().parents[2] / "recipes" / "quickstart.yaml"
     recipe = parse_recipe(quickstart, ["--output_dir", str(tmp_path / "out"), "--use_cpu", "true"])
-    summary = training_data_summary(recipe, 4096, ("text",))
+    summary = training_data_summary(plan_run(recipe).stages[-1], 4096, ("text",))
     assert summary["name"] == "hf://datasets/princeton-nlp/datasets-for-simcse/wiki1m_for_simcse.txt"
     assert training_datasets({"training_data": summary}) == ["princeton-nlp/datasets-for-simcse"]
     assert non_default_settings(recipe)["train_file"] == summary["name"]
     local = parse_recipe(quickstart, ["--output_dir", str(tmp_path / "o2"), "--use_cpu", "true",
                                                      "--train_file", str(tmp_path / "data" / "mine.txt")])
-    assert training_data_summary(local, 1, ("text",))["name"] == "mine.txt"
+    assert training_data_summary(plan_run(local).stages[-1], 1, ("text",))["name"] == "mine.txt"

@@ -35,6 +35,7 @@ from hf_sentcl.export.verify import PROBE_SENTENCES
 from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS, resolve_model_name
 from hf_sentcl.recipe.metadata import non_default_settings, training_data_summary
 from hf_sentcl.recipe.parser import parse_recipe
+from hf_sentcl.recipe.plan import plan_run
 from hf_sentcl.registry import METHODS, PAPERS
 
 BASE = "sentence-transformers/all-MiniLM-L6-v2"
@@ -64,7 +65,8 @@ def run_results(tmp_path, method, train_file, **extra_data):
         tmp_path, method=method, model_name_or_path=EMBEDDED_MODEL_ALIAS, train_file=str(train_file),
         pooling="mean", head="none", output_dir=str(tmp_path / "run"),
     ))
-    data = training_data_summary(recipe, 32, ["sent0", "sent1", "hard_neg"] if method == "simcse_sup" else ["text"])
+    columns = ["sent0", "sent1", "hard_neg"] if method == "simcse_sup" else ["text"]
+    data = training_data_summary(plan_run(recipe).stages[-1], 32, columns)
     return {"method": method, "model_name_or_path": EMBEDDED_MODEL_ALIAS, "mteb_sts": SCORES,
             "recipe_settings": non_default_settings(recipe), "training_data": {**data, **extra_data}}
 

@@ -341,6 +341,7 @@ METHOD_RECIPES = {
 def method_stage(method, tmp_path, tiny_bert_dir, senteval_dir, **overrides):
     from hf_sentcl.pipeline.train import build_stage
     from hf_sentcl.recipe.parser import parse_recipe
+    from hf_sentcl.recipe.plan import plan_run
 
     corpus = tmp_path / "train.txt"
     corpus.write_text("\n".join(random_sentences(16, seed=3, min_words=1, max_words=14)) + "\n")
@@ -355,7 +356,7 @@ def method_stage(method, tmp_path, tiny_bert_dir, senteval_dir, **overrides):
     values.update(overrides)
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("".join(f"{key}: {value}\n" for key, value in values.items()))
-    return build_stage(parse_recipe(recipe))
+    return build_stage(plan_run(parse_recipe(recipe)))
 
 
 @pytest.mark.parametrize("method", list(METHOD_RECIPES))

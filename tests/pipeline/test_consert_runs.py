@@ -55,11 +55,12 @@ def test_chained_run_continues_from_the_first_stages_weights(tmp_path, tiny_bert
 def test_card_names_the_nli_pairs_of_a_joint_run(repo_root, senteval_dir, monkeypatch):
     """results.json / the model card name the NLI source of a sup/joint stage, not the (unset) unlabeled text."""
     from hf_sentcl.recipe.metadata import training_data_summary
+    from hf_sentcl.recipe.plan import plan_run
 
     monkeypatch.setenv("HF_SENTCL_DATA", str(senteval_dir))
     joint = parse_recipe(repo_root / "recipes" / "consert_minilm_joint.yaml")
-    summary = training_data_summary(joint, 10, ("premise", "hypothesis"))
+    summary = training_data_summary(plan_run(joint).stages[-1], 10, ("premise", "hypothesis"))
     assert summary["source"] == "nli_source"
     assert summary["name"].startswith("senteval '") and str(senteval_dir) in summary["name"]
     unsup = parse_recipe(repo_root / "recipes" / "consert_minilm.yaml")
-    assert training_data_summary(unsup, 10, ("text",))["source"] == "unlabeled_sts"
+    assert training_data_summary(plan_run(unsup).stages[-1], 10, ("text",))["source"] == "unlabeled_sts"

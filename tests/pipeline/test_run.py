@@ -292,7 +292,7 @@ def test_the_before_evaluation_runs_on_the_training_device(monkeypatch):
     monkeypatch.setattr(train, "read_before_scores", lambda *_: None)
     monkeypatch.setattr(train, "keep_before_scores", lambda *_: None)
     recipe = SimpleNamespace(data=SimpleNamespace(eval_before_training=True, sts_mode="all"))
-    stage = SimpleNamespace(recipe=recipe, suites=SimpleNamespace(suites=["sts"]), encoder=encoder,
+    stage = SimpleNamespace(recipe=recipe, suites=SimpleNamespace(suites=["sts"]), encoder=encoder, eval_mixed=False,
                             args=SimpleNamespace(device=torch.device("meta"), output_dir="unused"))
     assert train.evaluate_before(stage) == {"before": "scores"}
     assert seen == [torch.device("meta")] and encoder.moves == [torch.device("meta"), torch.device("cpu")]

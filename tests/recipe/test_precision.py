@@ -93,7 +93,7 @@ def test_every_shipped_recipe_uses_precision_auto(recipe, monkeypatch, tmp_path,
         print(f"{recipe.stem}: precision auto -> {resolved}")
     if not P.cpu_has_native_bf16() and not torch.cuda.is_available():
         assert resolved == "fp32" and not eval_mixed_precision(parsed.data, parsed.training)
-    summary = precision_summary(parsed, "torch.float32")
+    summary = precision_summary(parsed, "torch.float32", eval_mixed_precision(parsed.data, parsed.training))
     assert summary["requested"] == "auto" and summary["resolved"] == resolved
     assert summary["training"].endswith("(precision: auto)")
 
