@@ -26,8 +26,8 @@ import torch.nn.functional as F
 
 from hf_sentcl.hub.download import resolve_data_dir
 from hf_sentcl.modeling import SentenceEncoder
+from hf_sentcl.modeling.backbone_forward import run_backbone
 from hf_sentcl.modeling.fast_dropout import use_fast_dropout
-from hf_sentcl.modeling.unpadded import run_backbone
 
 ROUTES = {"full last layer": False, "first positions only": True}
 

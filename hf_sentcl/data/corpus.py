@@ -14,14 +14,8 @@ from datasets import Dataset, Features, Value, load_dataset
 from transformers import PreTrainedTokenizerBase
 
 from hf_sentcl.configs import DataArguments
-from hf_sentcl.data.checks import (
-    FILE_BUILDERS,
-    DataCleaning,
-    FileScan,
-    check_data_file,
-    max_text_chars,
-    scan_data_file,
-)
+from hf_sentcl.data.checks import FILE_BUILDERS, check_data_file, scan_data_file
+from hf_sentcl.data.cleaning import DataCleaning, FileScan, max_text_chars
 from hf_sentcl.evaluation.sts import unlabeled_sts_sentences
 from hf_sentcl.hub.download import HubFile, hub_file_path, is_hub_uri
 

@@ -27,7 +27,8 @@ from pathlib import Path
 from datasets import ClassLabel, Dataset, concatenate_datasets, load_dataset
 from transformers import PreTrainedTokenizerBase
 
-from hf_sentcl.data.checks import DataCleaning, check_data_file, max_text_chars, scan_data_file
+from hf_sentcl.data.checks import check_data_file, scan_data_file
+from hf_sentcl.data.cleaning import DataCleaning, max_text_chars
 from hf_sentcl.data.collators import LabelledViewCollator
 from hf_sentcl.data.corpus import (
     OwnDataSettings,

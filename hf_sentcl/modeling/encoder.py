@@ -18,12 +18,12 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel, 
 from transformers.utils import ModelOutput
 
 from hf_sentcl.modeling.backbone import resolve_model_name
+from hf_sentcl.modeling.backbone_forward import run_backbone
 from hf_sentcl.modeling.config import SentenceEncoderConfig
 from hf_sentcl.modeling.heads import MLPHead
 from hf_sentcl.modeling.pooling import Pooling, pool, pooling_mode
 from hf_sentcl.modeling.precision import mixed_eval_dtype
 from hf_sentcl.modeling.st_files import sentence_transformers_max_seq_length, sentence_transformers_pooling
-from hf_sentcl.modeling.unpadded import run_backbone
 
 MAX_DEFAULT_SEQ_LENGTH = 512
 

@@ -25,16 +25,9 @@ LoRA layers inside a PEFT model), so weights, saving and export are unaffected, 
 (equal to fp32 rounding with dropout 0; with dropout the same rate applies to every real element). The hidden
 states are returned padded (zeros on padding), so pooling and every consumer stay as they are.
 
-Which route a forward takes is `choose_route`:
-- `unpadded`: this module (BERT, RoBERTa, XLM-R, CamemBERT with eager / SDPA attention) on the CPU, for batches
-  with more than 10% padding (`DENSE_SHARE`; fuller ones, such as `encode`'s length-sorted batches, run padded).
-  The packed shape depends on how many tokens are real, so packing reads that count on the host: free on a CPU, a
-  stall in every forward on a GPU, where the padded SDPA path runs instead (and the training step makes no host
-  read);
-- `flattened`: on CUDA with a FlashAttention kernel (`attn_implementation: flash_attention_2`), transformers' own
-  padding-free route: the batch flattened as `DataCollatorWithFlattening` does (one row of tokens, position ids
-  restarting per sequence at `position_ids_start`, `cu_seq_lens_*` for the varlen kernel);
-- `padded`: the backbone's own forward, for other architectures or attention kernels (one log line says why).
+Where the real tokens sit (`RowMap`, `Packing`) is `hf_sentcl.modeling.packing`; which route a forward takes
+(unpadded on the CPU, transformers' flattened route on CUDA with FlashAttention, or padded) is
+`hf_sentcl.modeling.routes`, and `hf_sentcl.modeling.backbone_forward.run_backbone` takes it.
 
 An embedding module carrying hooks (ConSERT's augmentations, which expect the padded (rows, L, d) output and
 position ids) is run on the padded batch and its output packed; the layers still run unpadded.
@@ -42,9 +35,6 @@ position ids) is run on the padded batch and its output packed; the layers still
 
 from __future__ import annotations
 
-import logging
-import weakref
-from dataclasses import dataclass
 from functools import partial
 
 import torch
@@ -57,142 +47,8 @@ from transformers.models.bert.modeling_bert import eager_attention_forward
 
 from hf_sentcl.modeling.compiled import compiled, runs_compiled
 from hf_sentcl.modeling.fast_dropout import attention_probabilities
-
-logger = logging.getLogger(__name__)
-
-#: backbones whose layers are BERT's (embeddings, encoder.layer[i].attention.self.query/key/value, ...)
-SUPPORTED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "camembert")
-#: attention functions that take a padded (b, heads, L, d) view and a mask: the unpadded route's
-PADDED_VIEW_ATTENTION = ("eager", "sdpa", "sdpa_fast_dropout")
-ROUTES = ("unpadded", "flattened", "padded")
-#: batches whose real tokens fill at least this share of the positions run padded: packing costs about what it
-#: saves there (`encode` sorts sentences by length, so its batches are nearly full)
-DENSE_SHARE = 0.9
-#: packed token counts are rounded up to a multiple of this with padding positions (see `Packing`)
-TOKEN_BUCKET = 64
-
-_logged: weakref.WeakSet = weakref.WeakSet()
-
-
-def base_model(backbone: nn.Module) -> nn.Module:
-    """The transformers model inside `backbone` (a PEFT wrapper's base model, whose LoRA layers stay in place)."""
-    return backbone.get_base_model() if hasattr(backbone, "get_base_model") else backbone
-
-
-def unsupported_reason(backbone: nn.Module) -> str | None:
-    """Why `backbone` cannot run unpadded or flattened (None: it can)."""
-    config = getattr(base_model(backbone), "config", None)
-    model_type = getattr(config, "model_type", None)
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        return f"model type '{model_type}' is not one of {', '.join(SUPPORTED_MODEL_TYPES)}"
-    if config.is_decoder or getattr(config, "add_cross_attention", False):
-        return "it is configured as a decoder"
-    if getattr(config, "position_embedding_type", "absolute") != "absolute":
-        return f"position_embedding_type '{config.position_embedding_type}' is not absolute"
-    if is_fully_sharded(backbone):
-        return "its layers are FSDP units, whose weights are gathered only by their own forward"
-    return None
-
-
-def is_fully_sharded(module: nn.Module) -> bool:
-    """Whether FSDP2 (`fully_shard`) wraps `module` or one of its submodules."""
-    from torch.distributed.fsdp import FSDPModule
-
-    return any(isinstance(m, FSDPModule) for m in module.modules())
-
-
-def choose_route(reason: str | None, device_type: str, attn_implementation: str | None) -> tuple[str, str | None]:
-    """The route of a forward (see the module docstring) and, for `padded`, why.
-
-    `reason`: `unsupported_reason` of the backbone; `attn_implementation`: its config's `_attn_implementation`."""
-    if reason is not None:
-        return "padded", reason
-    attention = attn_implementation or "eager"
-    if attention.startswith("flash_attention") or attention.endswith("flash-attn"):
-        if device_type == "cuda":
-            return "flattened", None
-        return "padded", f"attention '{attention}' runs on CUDA only"
-    if attention in PADDED_VIEW_ATTENTION:
-        if device_type == "cpu":
-            return "unpadded", None
-        # the real tokens' count decides the packed shape: reading it is a host sync in every forward on a GPU
-        return "padded", f"on {device_type} without a varlen kernel, SDPA runs on the padded view"
-    return "padded", f"attention '{attention}' has no unpadded route here"
-
-
-def backbone_route(backbone: nn.Module, device: torch.device, enabled: bool = True) -> str:
-    """`choose_route` for `backbone` on `device`; logs one line per backbone when it falls back to padding."""
-    if not enabled:
-        return "padded"
-    config = getattr(base_model(backbone), "config", None)
-    route, why = choose_route(unsupported_reason(backbone), device.type, getattr(config, "_attn_implementation", None))
-    # not while torch.compile traces: a log call there splits the graph (and CUDA graphs with it)
-    if route == "padded" and not torch.compiler.is_compiling() and backbone not in _logged:
-        _logged.add(backbone)
-        logger.info("Padded encoder path for %s: %s (the unpadded path covers BERT-family backbones with eager or "
-                    "SDPA attention).", type(base_model(backbone)).__name__, why)
-    return route
-
-
-# ---------------------------------------------------------------------- packing
-@dataclass(frozen=True)
-class RowMap:
-    """Where the rows of a packed tensor sit in its padded view: `rows[i]` is the padded row of packed row i,
-    `sources[j]` the packed row that padded row j holds. On padding that is a zero row past the end, or with
-    `zero_padding=False` packed row 0: any finite row serves where the consumer masks padding exactly (attention's
-    keys and values get weight 0, padded queries' outputs are dropped) and saves appending the zero row.
-
-    Both directions are gathers (`index_select`, parallel and contiguous on CPU): packing gathers `rows`, unpacking
-    gathers `sources`, and each one's backward is the other (padding's gradient is dropped)."""
-
-    rows: torch.Tensor
-    sources: torch.Tensor
-    zero_padding: bool = True
-
-    @classmethod
-    def of(cls, rows: torch.Tensor, padded_rows: int, zero_padding: bool = True) -> RowMap:
-        filler = len(rows) if zero_padding else 0
-        sources = torch.full((padded_rows,), filler, dtype=rows.dtype, device=rows.device)
-        return cls(rows, sources.index_copy_(0, rows, torch.arange(len(rows), device=rows.device)), zero_padding)
-
-    def pack(self, padded: torch.Tensor) -> torch.Tensor:
-        """(padded rows, ...) -> (packed rows, ...)."""
-        return _Pack.apply(padded, self)
-
-    def unpack(self, packed: torch.Tensor) -> torch.Tensor:
-        """(packed rows, ...) -> (padded rows, ...), zeros (or the filler row) on padding."""
-        return _Unpack.apply(packed, self)
-
-
-def _with_zero_row(packed: torch.Tensor) -> torch.Tensor:
-    return torch.cat([packed, packed.new_zeros(1, *packed.shape[1:])])
-
-
-class _Pack(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, padded: torch.Tensor, row_map: RowMap) -> torch.Tensor:
-        ctx.row_map = row_map
-        return padded.index_select(0, row_map.rows)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        return _with_zero_row(grad).index_select(0, ctx.row_map.sources), None
-
-
-class _Unpack(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, packed: torch.Tensor, row_map: RowMap) -> torch.Tensor:
-        ctx.row_map = row_map
-        return (_with_zero_row(packed) if row_map.zero_padding else packed).index_select(0, row_map.sources)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        return grad.index_select(0, ctx.row_map.rows), None
-
-
-def real_tokens(attention_mask: torch.Tensor) -> RowMap:
-    """The real tokens of a (b, L) attention mask in its flattened (b * L) rows."""
-    return RowMap.of(attention_mask.flatten().nonzero().flatten(), attention_mask.numel())
+from hf_sentcl.modeling.packing import Packing, RowMap, with_zero_row
+from hf_sentcl.modeling.routes import base_model
 
 
 def default_position_ids(embeddings: nn.Module, input_ids: torch.Tensor | None, shape: torch.Size) -> torch.Tensor:
@@ -231,65 +87,6 @@ def packed_embeddings(model: nn.Module, tokens: RowMap, input_ids, token_type_id
     row = {"input_ids": input_ids, "token_type_ids": token_type_ids, "position_ids": position_ids.expand_as(input_ids)}
     row = {key: tokens.pack(value.flatten()).unsqueeze(0) for key, value in row.items()}
     return embeddings(**row).squeeze(0)
-
-
-# ---------------------------------------------------------------------- one layer
-@dataclass(frozen=True)
-class Packing:
-    """Where a batch's real tokens sit, computed once per forward and shared by every layer.
-
-    The packed rows are the real tokens plus padding positions up to a multiple of `TOKEN_BUCKET` (1% more
-    token-wise work on MiniLM's batches). Every packed tensor's size otherwise changes every step, and glibc's heap
-    fragments on that: over 60 SimCSE steps the process grew from 1.7 to 2.4 GB (and kept growing) against 1.9 GB
-    flat with the buckets. The extra positions are computed like tokens but, being padding, are masked as keys and
-    zeroed in the output (`output` holds the real tokens only).
-
-    `tokens`: the packed positions in the (b * L) flattened batch; `heads`: token t's head h (packed row t * heads + h)
-    in the (b * heads * L) rows of a (b, heads, L, head_dim) tensor; `qkv`: token t's projection s (Q, K, V) and
-    head h in the rows of three such tensors (padding holds a copy of a real row: attention masks it exactly);
-    `bias`: the additive key-padding mask (b * heads, 1, L) of the explicit attention, `keep` the same as SDPA's
-    bool (b, 1, 1, L)."""
-
-    batch: int
-    length: int
-    num_heads: int
-    tokens: RowMap
-    output: RowMap
-    heads: RowMap
-    qkv: RowMap
-    bias: torch.Tensor
-    keep: torch.Tensor
-
-    @classmethod
-    def of(cls, attention_mask: torch.Tensor, num_heads: int, dtype: torch.dtype) -> Packing:
-        batch, length = attention_mask.shape
-        output = packed = real_tokens(attention_mask)
-        tokens = output.rows
-        fill = min(-len(tokens) % TOKEN_BUCKET, batch * length - len(tokens))
-        if fill:
-            tokens = torch.cat([tokens, (attention_mask.flatten() == 0).nonzero().flatten()[:fill]])
-            packed = RowMap.of(tokens, batch * length)
-        sequence, position = tokens.div(length, rounding_mode="floor"), tokens.remainder(length)
-        head = torch.arange(num_heads, device=tokens.device)
-        head_rows = (sequence[:, None] * num_heads + head) * length + position[:, None]  # (T, heads)
-        per_projection = batch * num_heads * length
-        keep = attention_mask.bool()[:, None, None, :]
-        bias = torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill(~keep, torch.finfo(dtype).min)
-        bias = bias.expand(batch, num_heads, 1, length).reshape(batch * num_heads, 1, length)
-        return cls(batch, length, num_heads, packed, output, RowMap.of(head_rows.flatten(), per_projection),
-                   stacked_heads(head_rows, 3, per_projection), bias, keep)
-
-    def key_value(self) -> RowMap:
-        """As `qkv` for two stacked projections, K | V (the first-position layer's)."""
-        return stacked_heads(self.heads.rows.view(-1, self.num_heads), 2, self.batch * self.num_heads * self.length)
-
-
-def stacked_heads(head_rows: torch.Tensor, count: int, per_projection: int) -> RowMap:
-    """Token t's projection s (of `count` stacked ones, in their column order) and head h in the rows of `count`
-    (b * heads, L, head_dim) tensors; `head_rows`: (T, heads), each token's head rows in one such tensor.
-    Padding holds a copy of a real row: attention masks it exactly."""
-    offsets = torch.arange(count, device=head_rows.device)[:, None] * per_projection
-    return RowMap.of((offsets + head_rows[:, None, :]).flatten(), count * per_projection, zero_padding=False)
 
 
 def gemm_dtype(default: torch.dtype) -> torch.dtype:
@@ -422,7 +219,7 @@ def first_token_layer(layer: nn.Module, hidden: torch.Tensor, packing: Packing) 
     self_attention = layer.attention.self
     first = packing.output.sources[:: packing.length]  # the packed row of each first position, or the zero row
     real = len(packing.output.rows)
-    first_hidden = _with_zero_row(hidden[:real]).index_select(0, first)
+    first_hidden = with_zero_row(hidden[:real]).index_select(0, first)
     key, value = per_head((self_attention.key, self_attention.value), hidden, packing, packing.key_value())
     query = self_attention.query(first_hidden).view(key.shape[0], 1, key.shape[-1])
     context = attend(self_attention, query, key, value, packing).view(packing.batch, -1)
@@ -503,74 +300,3 @@ def padded_first_token_forward(backbone: nn.Module, input_ids, attention_mask, t
     for layer in lower:
         hidden = layer(hidden, mask)
     return BaseModelOutput(last_hidden_state=padded_first_token_layer(last, hidden, mask))
-
-
-# ---------------------------------------------------------------------- the CUDA varlen route
-def flattened_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids_start: int = 0,
-                    tokens: RowMap | None = None) -> dict:
-    """What `DataCollatorWithFlattening(return_flash_attn_kwargs=True, position_ids_start=...)` makes of the
-    batch's real tokens (`tokens`: their `real_tokens` map, when the caller has it), built on the batch's device:
-    input_ids and position_ids (1, total_tokens), cu_seq_lens_q/k (int32) and max_length_q/k."""
-    tokens = tokens if tokens is not None else real_tokens(attention_mask)
-    lengths = attention_mask.sum(dim=1)
-    positions = attention_mask.cumsum(dim=1) - 1 + position_ids_start
-    cu_seq_lens = torch.nn.functional.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)
-    longest = int(lengths.max())
-    return {
-        "input_ids": tokens.pack(input_ids.flatten()).unsqueeze(0),
-        "position_ids": tokens.pack(positions.flatten()).unsqueeze(0),
-        "cu_seq_lens_q": cu_seq_lens, "cu_seq_lens_k": cu_seq_lens, "max_length_q": longest, "max_length_k": longest,
-    }
-
-
-def position_ids_start(backbone: nn.Module) -> int:
-    """The first position id of a sequence: padding_idx + 1 for RoBERTa-style embeddings, 0 for BERT's."""
-    embeddings = base_model(backbone).embeddings
-    padding_idx = getattr(embeddings, "padding_idx", None)
-    has_offset = hasattr(embeddings, "create_position_ids_from_input_ids") and isinstance(padding_idx, int)
-    return padding_idx + 1 if has_offset else 0
-
-
-def flattened_forward(backbone: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                      output_hidden_states: bool = False) -> BaseModelOutput:
-    """transformers' padding-free route (FlashAttention varlen over one flattened row); padded states back."""
-    tokens = real_tokens(attention_mask)
-    flat = flattened_batch(input_ids, attention_mask, position_ids_start(backbone), tokens)
-    outputs = backbone(**flat, output_hidden_states=output_hidden_states, return_dict=True)
-    states = outputs.hidden_states if output_hidden_states else (outputs.last_hidden_state,)
-    padded = tuple(tokens.unpack(s.squeeze(0)).view(*attention_mask.shape, -1) for s in states)
-    return BaseModelOutput(last_hidden_state=padded[-1], hidden_states=padded if output_hidden_states else None)
-
-
-def run_backbone(backbone: nn.Module, unpadded: bool = True, *, input_ids=None, attention_mask=None,
-                 token_type_ids=None, position_ids=None, inputs_embeds=None, output_hidden_states=False,
-                 first_token_only=False):
-    """The backbone's forward by the route `backbone_route` picks (`unpadded=False`, or forward hooks on the
-    backbone module itself: its own padded forward).
-    Returns an output with padded `last_hidden_state` and (when asked) `hidden_states`. `first_token_only` (the
-    caller reads `last_hidden_state[:, 0]` only): the unpadded and padded routes of BERT-family backbones compute
-    that position alone in the last layer and return (b, 1, d); the flattened route and other backbones return
-    every position."""
-    reference = input_ids if input_ids is not None else inputs_embeds
-    route = backbone_route(backbone, reference.device, unpadded) if attention_mask is not None else "padded"
-    own_forward = bool(backbone._forward_hooks or backbone._forward_pre_hooks)
-    if own_forward:
-        route = "padded"  # hooks on the backbone expect its own forward to run
-    if route == "unpadded" and attention_mask.sum() >= DENSE_SHARE * attention_mask.numel():
-        route = "padded"  # almost no padding to skip (this route runs on the CPU: the host read is free)
-    if route == "flattened" and (token_type_ids is not None or position_ids is not None or input_ids is None):
-        route = "padded"  # the flattened batch carries its own positions and no token types
-    if (route == "padded" and first_token_only and not (own_forward or output_hidden_states)
-            and attention_mask is not None and unsupported_reason(backbone) is None):
-        return padded_first_token_forward(backbone, input_ids, attention_mask, token_type_ids, position_ids,
-                                          inputs_embeds)
-    if route == "unpadded":
-        return unpadded_forward(backbone, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                                output_hidden_states, first_token_only)
-    if route == "flattened":
-        return flattened_forward(backbone, input_ids, attention_mask, output_hidden_states)
-    extra = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
-    if position_ids is not None:
-        extra["position_ids"] = position_ids
-    return backbone(input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds,
-                    output_hidden_states=output_hidden_states, return_dict=True, **extra)

@@ -365,7 +365,7 @@ def training_results(stage: Stage, train_output, parameters: dict[str, Any]) -> 
             ],
             # every STS-B dev evaluation: step, eval_stsb_spearman, eval_alignment, eval_uniformity, ...
             "dev_curve": [entry for entry in trainer.state.log_history if "eval_stsb_spearman" in entry],
-            # rows read, kept, repaired and dropped while loading the training data (hf_sentcl.data.checks)
+            # rows read, kept, repaired and dropped while loading the training data (hf_sentcl.data.cleaning)
             **({"data_cleaning": stage.data_cleaning} if stage.data_cleaning is not None else {}),
         },
     }

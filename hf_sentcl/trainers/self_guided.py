@@ -36,10 +36,10 @@ from transformers import EarlyStoppingCallback
 from hf_sentcl.common.distributed import gather_with_grad, world_size
 from hf_sentcl.losses import sg_loss, sg_opt1_loss, sg_opt2_loss, sg_opt_loss
 from hf_sentcl.losses.false_negatives import false_negative_mask, info_nce_mask, nt_xent_mask
+from hf_sentcl.modeling.backbone_forward import run_backbone
 from hf_sentcl.modeling.heads import ProjectionHead
 from hf_sentcl.modeling.peft import frozen_base_copy, is_peft_model, weight_distance
 from hf_sentcl.modeling.pooling import masked_max, masked_mean
-from hf_sentcl.modeling.unpadded import run_backbone
 from hf_sentcl.trainers.base import ContrastiveTrainer, scale_gradient
 from hf_sentcl.trainers.heads import TrainingHeadsMixin, check_raw_cls_encoder, refuse_sharded_weights
 

@@ -13,7 +13,7 @@ from helpers import random_sentences, write_recipe
 from hf_sentcl import SentenceEncoder
 from hf_sentcl.cli.train import main
 from hf_sentcl.configs import DataArguments
-from hf_sentcl.data.checks import max_text_chars
+from hf_sentcl.data.cleaning import MIN_TEXT_CHARS, max_text_chars
 from hf_sentcl.data.corpus import load_training_data
 from hf_sentcl.data.nli import check_nli_source, read_nli_pairs, resolve_nli_source
 
@@ -272,20 +272,20 @@ def test_the_text_scan_reads_in_blocks_and_every_block_size_finds_the_same(tmp_p
     """A .txt corpus is scanned in blocks of whole lines (a million-line file is never held whole): blocks that end
     inside a line, between the CR and the LF of a CRLF, or inside a multi-byte character change no count, line
     number or flag. Reference: one block holding the whole file."""
-    from hf_sentcl.data import checks
+    from hf_sentcl.data import block_scan, checks
 
     body = [s.encode() for s in sentences]  # 200 lines: one with invalid UTF-8 is under 1%
     body[3] = b"caf\xc3\xa9 au lait"  # a two-byte character
     body[7] = body[7][:4] + b"\xff" + body[7][4:]  # invalid UTF-8
     body[11] = b"   "
     body[13] = b"nul\x00inside"
-    body[17] = b"x" * (checks.MIN_TEXT_CHARS + 5)
+    body[17] = b"x" * (MIN_TEXT_CHARS + 5)
     data = b"\n".join(body[:80]) + b"\r\n" + b"\r\n".join(body[80:140]) + b"\r" + b"\r".join(body[140:]) + b"\r"
     path = tmp_path / "mixed.txt"
     path.write_bytes(data)
 
     def scan(block_bytes):
-        monkeypatch.setattr(checks, "TEXT_BLOCK_BYTES", block_bytes)
+        monkeypatch.setattr(block_scan, "TEXT_BLOCK_BYTES", block_bytes)
         checks._scan.cache_clear()
         return checks.scan_data_file(path)
 
@@ -303,13 +303,13 @@ def test_the_text_scan_reads_in_blocks_and_every_block_size_finds_the_same(tmp_p
 def _scan_in_blocks(monkeypatch, path, block_bytes, whole_file=False):
     """`scan_data_file(path)` with blocks of `block_bytes`, or (`whole_file`) by the whole-file scan that refusals
     and JSON lists take; a refusal's message instead of the scan."""
-    from hf_sentcl.data import checks
+    from hf_sentcl.data import block_scan, checks
 
-    monkeypatch.setattr(checks, "TEXT_BLOCK_BYTES", block_bytes)
+    monkeypatch.setattr(block_scan, "TEXT_BLOCK_BYTES", block_bytes)
     if whole_file:
         def read_whole(self, *args):
-            raise checks._ReadWhole
-        monkeypatch.setattr(checks._BlockScan, "of", read_whole)
+            raise block_scan.ReadWhole
+        monkeypatch.setattr(block_scan.BlockScan, "of", read_whole)
     checks._scan.cache_clear()
     try:
         scan = checks.scan_data_file(path)
@@ -329,7 +329,6 @@ def test_the_table_and_json_lines_scans_read_in_blocks_and_find_what_the_whole_f
     nor its rows as Python lists): every block size, down to one byte, finds exactly what the whole-file parser
     finds: counts, first lines, blank cells, overlong texts, and refusals naming a line past the first block (JSON
     lines: what one block finds, and the counts by hand)."""
-    from hf_sentcl.data import checks
 
     def table(rows, delimiter=b","):
         body = [delimiter.join(row) for row in rows]
@@ -340,7 +339,7 @@ def test_the_table_and_json_lines_scans_read_in_blocks_and_find_what_the_whole_f
     cells[7] = (cells[7][0][:4] + b"\xff" + cells[7][0][4:], cells[7][1])  # invalid UTF-8: repaired
     cells[11] = (b"   ", b"")  # blank row
     cells[13] = (b"nul\x00inside", cells[13][1])
-    cells[17] = (b"x" * (checks.MIN_TEXT_CHARS + 5), cells[17][1])
+    cells[17] = (b"x" * (MIN_TEXT_CHARS + 5), cells[17][1])
     cells[19] = (b'"a quoted, delimited text"', b"")  # a missing value
     cells[23] = (cells[23][0], b"\x00")  # missing too, once its NUL is removed
     rows = [(b"sent0", b"sent1")] + cells
@@ -391,7 +390,7 @@ def test_the_table_scan_holds_a_block_not_the_file(tmp_path, monkeypatch):
     held 8x the file (its bytes, its text and every row as a Python list: 52 MiB)."""
     import tracemalloc
 
-    from hf_sentcl.data import checks
+    from hf_sentcl.data import block_scan, checks
 
     sentences = random_sentences(400, seed=3, max_words=30)
     path = tmp_path / "big.csv"
@@ -399,7 +398,7 @@ def test_the_table_scan_holds_a_block_not_the_file(tmp_path, monkeypatch):
         writer = csv.writer(f)
         writer.writerow(("sent0", "sent1"))
         writer.writerows((f"{sentences[i % 400]} {i}", sentences[(i * 7) % 400]) for i in range(40_000))
-    monkeypatch.setattr(checks, "TEXT_BLOCK_BYTES", 64 * 2**10)
+    monkeypatch.setattr(block_scan, "TEXT_BLOCK_BYTES", 64 * 2**10)
     checks._scan.cache_clear()
     tracemalloc.start()
     try:

@@ -11,7 +11,7 @@ import pytest
 import torch
 from test_unpadded import TOLERANCE, counted, embeddings_and_grads, method_stage, mixed_batch
 
-from hf_sentcl.modeling import SentenceEncoder, compiled, unpadded
+from hf_sentcl.modeling import SentenceEncoder, backbone_forward, compiled, unpadded
 from hf_sentcl.modeling.compiled import CompiledTrainingLayer, compile_layers, transformer_layers, uncompile_layers
 from hf_sentcl.modeling.fast_dropout import use_fast_dropout
 
@@ -58,7 +58,7 @@ def test_compiled_training_step_equals_the_eager_step_dropout_included(backbone,
     eager, eager_grads = seeded_embeddings_and_grads(encoder, batch, use_unpadded)
     assert compile_layers(encoder) == encoder.config.backbone_config.num_hidden_layers
     keys = calls_of_compiled_functions(monkeypatch)
-    with counted(unpadded, "unpadded_forward") as unpadded_calls:
+    with counted(backbone_forward, "unpadded_forward") as unpadded_calls:
         compiled_out, compiled_grads = seeded_embeddings_and_grads(encoder, batch, use_unpadded)
     layers = encoder.config.backbone_config.num_hidden_layers
     if use_unpadded:  # the token-wise rest of each layer after attention

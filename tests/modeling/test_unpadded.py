@@ -11,15 +11,12 @@ import torch
 from helpers import random_sentences
 from transformers import DataCollatorWithFlattening
 
-from hf_sentcl.modeling import POOLING_MODES, SentenceEncoder, unpadded
+from hf_sentcl.modeling import POOLING_MODES, SentenceEncoder, backbone_forward, unpadded
+from hf_sentcl.modeling.backbone_forward import flattened_batch, position_ids_start
 from hf_sentcl.modeling.fast_dropout import use_fast_dropout
-from hf_sentcl.modeling.unpadded import (
-    backbone_route,
-    choose_route,
-    flattened_batch,
-    position_ids_start,
-    unpadded_forward,
-)
+from hf_sentcl.modeling.packing import TOKEN_BUCKET, Packing
+from hf_sentcl.modeling.routes import backbone_route, choose_route
+from hf_sentcl.modeling.unpadded import unpadded_forward
 
 TOLERANCE = 1e-5
 
@@ -60,7 +57,7 @@ def counted(owner, name: str):
 
 
 def max_differences(directory, pooling: str, **overrides) -> tuple[float, float]:
-    with counted(unpadded, "unpadded_forward") as calls:
+    with counted(backbone_forward, "unpadded_forward") as calls:
         forward, gradient = _max_differences(directory, pooling, **overrides)
     assert len(calls) == 1, "the unpadded run did not take the unpadded route"
     return forward, gradient
@@ -109,7 +106,7 @@ def test_lora_projections_run_unfused_and_match(tiny_bert_dir, pooling):
 
 def test_nearly_full_batches_run_padded(tiny_bert_dir):
     encoder = SentenceEncoder.from_backbone(str(tiny_bert_dir), pooling="mean")
-    with counted(unpadded, "unpadded_forward") as calls:
+    with counted(backbone_forward, "unpadded_forward") as calls:
         full = encoder.tokenizer(["one two three four"] * 4, padding=True, return_tensors="pt")
         encoder(input_ids=full["input_ids"], attention_mask=full["attention_mask"])
         assert not calls, "a batch without padding took the unpadded route"
@@ -121,12 +118,12 @@ def test_packed_rows_come_in_buckets_of_real_tokens_then_padding():
     mask = torch.zeros(9, 20, dtype=torch.long)
     for row, length in enumerate([20, 3, 7, 1, 12, 20, 5, 9, 2]):
         mask[row, :length] = 1
-    packing = unpadded.Packing.of(mask, num_heads=2, dtype=torch.float32)
+    packing = Packing.of(mask, num_heads=2, dtype=torch.float32)
     real = mask.flatten().nonzero().flatten()
-    assert len(packing.tokens.rows) == 128 and 128 % unpadded.TOKEN_BUCKET == 0  # 79 real + 49 padding
+    assert len(packing.tokens.rows) == 128 and 128 % TOKEN_BUCKET == 0  # 79 real + 49 padding
     assert torch.equal(packing.tokens.rows[:79], real) and (mask.flatten()[packing.tokens.rows[79:]] == 0).all()
     assert torch.equal(packing.output.rows, real)
-    small = unpadded.Packing.of(mask[:2, :5], num_heads=2, dtype=torch.float32)
+    small = Packing.of(mask[:2, :5], num_heads=2, dtype=torch.float32)
     assert len(small.tokens.rows) == 10  # never more rows than the padded batch has
 
 
@@ -296,16 +293,16 @@ def test_unsupported_backbone_falls_back_with_one_log_line(caplog):
     from transformers import DistilBertConfig, DistilBertModel
 
     backbone = DistilBertModel(DistilBertConfig(vocab_size=50, dim=16, n_layers=1, n_heads=2, hidden_dim=32))
-    with caplog.at_level(logging.INFO, logger="hf_sentcl.modeling.unpadded"):
+    with caplog.at_level(logging.INFO, logger="hf_sentcl.modeling.routes"):
         for _ in range(3):
             assert backbone_route(backbone, torch.device("cpu")) == "padded"
-    lines = [r.getMessage() for r in caplog.records if r.name == "hf_sentcl.modeling.unpadded"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "hf_sentcl.modeling.routes"]
     assert len(lines) == 1 and "Padded encoder path for DistilBertModel" in lines[0] and "distilbert" in lines[0]
 
 
 def test_disabled_route_is_padded_without_log(tiny_bert_dir, caplog):
     encoder = SentenceEncoder.from_backbone(str(tiny_bert_dir), unpadded=False)
-    with caplog.at_level(logging.INFO, logger="hf_sentcl.modeling.unpadded"):
+    with caplog.at_level(logging.INFO, logger="hf_sentcl.modeling.routes"):
         assert backbone_route(encoder.backbone, torch.device("cpu"), encoder.config.unpadded) == "padded"
     assert not caplog.records
 

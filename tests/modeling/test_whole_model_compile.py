@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from hf_sentcl.modeling import SentenceEncoder, unpadded
+from hf_sentcl.modeling import SentenceEncoder, routes
 from hf_sentcl.modeling.fast_dropout import use_fast_dropout
 
 
@@ -21,8 +21,8 @@ def test_the_padded_training_forward_is_one_graph(tiny_bert_dir, pooling, head, 
     kernel (the route chosen, and its one-time log line kept out of the trace). The trainer's dropout modules are in
     place (`fast_dropout`, at rate 0: their CPU-only random draw runs outside the graph by design)."""
     if route == "chosen as on a GPU":
-        real_choice = unpadded.choose_route
-        monkeypatch.setattr(unpadded, "choose_route", lambda reason, device, attention: real_choice(
+        real_choice = routes.choose_route
+        monkeypatch.setattr(routes, "choose_route", lambda reason, device, attention: real_choice(
             reason, "cuda", attention))
     encoder = SentenceEncoder.from_backbone(str(tiny_bert_dir), pooling=pooling, head=head,
                                             unpadded=route != "unpadded: false", hidden_dropout_prob=0.0,

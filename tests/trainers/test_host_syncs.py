@@ -105,10 +105,10 @@ def test_forbid_host_reads_catches_each_read():
 def gpu_route(monkeypatch):
     """The encoder route a GPU takes without a varlen kernel: the padded SDPA path. The CPU's unpadded route packs
     the real tokens, whose count it reads on the host (free on a CPU, where it is the default)."""
-    import hf_sentcl.modeling.unpadded as unpadded
+    import hf_sentcl.modeling.routes as routes
 
-    choose = unpadded.choose_route
-    monkeypatch.setattr(unpadded, "choose_route", lambda reason, device, attention: choose(reason, "cuda", attention))
+    choose = routes.choose_route
+    monkeypatch.setattr(routes, "choose_route", lambda reason, device, attention: choose(reason, "cuda", attention))
 
 
 @pytest.mark.slow
