@@ -26,8 +26,9 @@ import torch
 from sentence_transformers import SentenceTransformer
 
 from hf_sentcl import SentenceEncoder
+from hf_sentcl.configs.choices import EMBEDDED_MODEL_ALIAS
 from hf_sentcl.evaluation.sts import STS_TASKS, STSEvaluator, combine_subsets, cosine_rows
-from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS, resolve_model_name
+from hf_sentcl.modeling.backbone import resolve_model_name
 
 MODE = "all"
 

@@ -26,8 +26,9 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer
 
+from hf_sentcl.configs.choices import EMBEDDED_MODEL_ALIAS
 from hf_sentcl.losses.false_negatives import info_nce_mask, text_groups
-from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS, resolve_model_name
+from hf_sentcl.modeling.backbone import resolve_model_name
 
 
 def snli_triplets(folder: Path) -> list[tuple[str, str, str]]:

@@ -73,10 +73,11 @@ from sentence_transformers.sentence_transformer.training_args import SentenceTra
 from training_cost import alternating, medians, profile_training_step, ratio, train_measured, trainer_from_recipe
 from transformers import set_seed
 
+from hf_sentcl.configs.choices import EMBEDDED_MODEL_ALIAS
 from hf_sentcl.data import load_training_dataset
 from hf_sentcl.evaluation.sts import STSEvaluator
 from hf_sentcl.hub.download import resolve_data_dir
-from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS, resolve_model_name
+from hf_sentcl.modeling.backbone import resolve_model_name
 from hf_sentcl.modeling.fast_dropout import ATTENTION_NAME as FAST_DROPOUT_ATTENTION
 from hf_sentcl.recipe.parser import Recipe, parse_cli_overrides, parse_recipe
 

@@ -15,12 +15,12 @@ PACKAGE = Path(__file__).resolve().parents[1] / "hf_sentcl"
 #: lowest first; a module may import its own layer and the ones before it
 LAYERS = (
     ("common",),
+    ("configs",),
     ("hub",),
     ("registry",),
     ("losses", "augment"),
     ("modeling",),
     ("evaluation",),
-    ("configs",),
     ("data",),
     ("trainers",),
     ("methods",),

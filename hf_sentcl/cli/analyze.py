@@ -9,8 +9,8 @@ from pathlib import Path
 
 from hf_sentcl.common import exits
 from hf_sentcl.common.logs import setup_logging
+from hf_sentcl.configs.choices import EMBEDDED_MODEL_ALIAS
 from hf_sentcl.evaluation.layers import run_layer_study
-from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS
 from hf_sentcl.recipe.parser import RecipeError
 from hf_sentcl.recipe.run_folder import check_writable
 

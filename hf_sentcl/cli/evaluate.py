@@ -13,15 +13,15 @@ from typing import Any
 from hf_sentcl.common.argv import split_commas
 from hf_sentcl.common.layout import EXPORT_DIRNAME
 from hf_sentcl.common.logs import setup_logging, watched
+from hf_sentcl.configs.choices import EMBEDDED_MODEL_ALIAS, STS_MODES
 from hf_sentcl.evaluation.mteb import INSTALL_HINT, mteb_available
 from hf_sentcl.evaluation.report import write_json, write_report
-from hf_sentcl.evaluation.sts import STS_MODES, STS_TASK_ALIASES, STS_TASKS, canonical_sts_tasks
+from hf_sentcl.evaluation.sts import STS_TASK_ALIASES, STS_TASKS, canonical_sts_tasks
 from hf_sentcl.evaluation.suites import EVAL_SUITES, EvaluationSuites, check_suites, markdown_report
 from hf_sentcl.evaluation.transfer import TRANSFER_TASKS
 from hf_sentcl.evaluation.whitening import WHITENING_FITS, WhiteningSpec
 from hf_sentcl.hub.download import resolve_data_dir
 from hf_sentcl.modeling import POOLING_MODES
-from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS
 from hf_sentcl.modeling.encoder import load_encoder
 from hf_sentcl.recipe.run_folder import check_writable
 

@@ -21,6 +21,7 @@ import torch
 
 from hf_sentcl.common.argv import split_commas
 from hf_sentcl.common.logs import setup_logging, watched
+from hf_sentcl.configs.choices import EMBEDDED_MODEL_ALIAS
 from hf_sentcl.data.mining import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_MAX_POOL,
@@ -39,7 +40,7 @@ from hf_sentcl.data.mining import (
 )
 from hf_sentcl.data.provenance import write_provenance
 from hf_sentcl.modeling import POOLING_MODES
-from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS, backbone_config
+from hf_sentcl.modeling.backbone import backbone_config
 from hf_sentcl.modeling.encoder import load_encoder
 from hf_sentcl.recipe.run_folder import check_writable
 

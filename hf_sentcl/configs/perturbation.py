@@ -1,4 +1,5 @@
-"""IFM/BYOP margin knobs as a dataclass mixin, for any method whose loss is an in-batch InfoNCE.
+"""IFM/BYOP margin knobs as a dataclass mixin, for any method whose loss is an in-batch InfoNCE, and the grammar of
+their `perturbation` spec (`parse_perturbation`, read by `hf_sentcl.losses.margin` too).
 
 A method's config inherits it before `SentCLTrainingArguments` (`class XConfig(PerturbationArguments,
 SentCLTrainingArguments)`), and its trainer passes `args.margin_loss_kwargs()` to `margin_info_nce` (or to
@@ -7,11 +8,70 @@ SentCLTrainingArguments)`), and its trainer passes `args.margin_loss_kwargs()` t
 
 from __future__ import annotations
 
+import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from hf_sentcl.configs.validation import check_choices, check_range
-from hf_sentcl.losses.margin import parse_perturbation, warn_if_identity
+
+_TERM = re.compile(r"([pn])([+-])")
+
+
+@dataclass(frozen=True)
+class Perturbation:
+    """A parsed perturbation spec: the sign (+1, -1 or 0) of the margin added to the positive / the negatives."""
+
+    positive: int
+    negative: int
+
+    @property
+    def spec(self) -> str:
+        """The canonical spec string ('p' term first), e.g. 'p+n-'."""
+        sign = {1: "+", -1: "-"}
+        return "".join(f"{k}{sign[s]}" for k, s in (("p", self.positive), ("n", self.negative)) if s)
+
+    @property
+    def is_identity(self) -> bool:
+        """True when every logit of a row moves by the same amount (p-n-, p+n+): the loss equals plain InfoNCE."""
+        return self.positive == self.negative
+
+
+def parse_perturbation(spec: str) -> Perturbation:
+    """Parse a spec made of the terms p+, p-, n+, n- (each target at most once), e.g. 'p+n-', 'n-', 'p-n+'.
+
+    Raises ValueError with the accepted grammar for anything else ('p*', 'x+', '', 'p+p-').
+    """
+    if isinstance(spec, Perturbation):
+        return spec
+    text = str(spec).strip().replace(" ", "")
+    terms = _TERM.findall(text)
+    if not text or "".join(a + b for a, b in terms) != text:
+        raise ValueError(
+            f"invalid perturbation {spec!r}: write one or two of the terms p+, p-, n+, n- "
+            "('p' = the positive logit, 'n' = every negative logit, '+' adds the margin, '-' subtracts it), "
+            "e.g. 'p+n-' (BYOP) or 'p-n+' (IFM)."
+        )
+    signs: dict[str, int] = {}
+    for target, sign in terms:
+        if target in signs:
+            raise ValueError(f"invalid perturbation {spec!r}: '{target}' is perturbed twice; use each of p, n once.")
+        signs[target] = 1 if sign == "+" else -1
+    return Perturbation(positive=signs.get("p", 0), negative=signs.get("n", 0))
+
+
+
+
+def warn_if_identity(perturbation: str | Perturbation) -> None:
+    """Warn that p-n- / p+n+ leave InfoNCE unchanged (softmax shift invariance), although the paper lists them."""
+    spec = parse_perturbation(perturbation)
+    if spec.is_identity:
+        warnings.warn(
+            f"perturbation '{spec.spec}' shifts every logit of a row by the same margin, so the loss equals plain "
+            "InfoNCE (a softmax is shift-invariant); BYOP's Table 6 lists it, but under Eq. 3 it changes nothing.",
+            stacklevel=3,
+        )
+
 
 MARGIN_TYPES = ("constant", "dynamic")
 #: cosine similarities lie in [-1, 1]: a margin of 1 already shifts a logit by half that range

@@ -1,4 +1,5 @@
-"""Checks shared by the recipe dataclasses: choices read from `Literal` type hints, and number ranges.
+"""Checks shared by the recipe dataclasses: choices read from `Literal` type hints, number ranges, and the
+Matryoshka sizes (also checked against the embedding's width once the model is known).
 
 The parser (`HfArgumentParser`) already refuses a value outside a `Literal`'s choices; `check_choices` applies the
 same rule to configs built directly in Python, so the choices are written once, in the type.
@@ -11,6 +12,7 @@ import functools
 import math
 import types
 import typing
+from collections.abc import Sequence
 from typing import Any, Literal
 
 
@@ -61,3 +63,28 @@ def check_range(
     )
     if not inside:
         raise ValueError(f"{name} must be a finite number in {interval}, got {value}.{' ' + hint if hint else ''}")
+
+
+def check_matryoshka(dims: Sequence[int] | None, weights: Sequence[float] | None, width: int | None = None) -> None:
+    """Raise ValueError naming `matryoshka_dims` / `matryoshka_weights` when they do not describe prefixes:
+    positive, distinct sizes (at most `width`, the embedding size, when known) and one positive weight each."""
+    if dims is None:
+        if weights is not None:
+            raise ValueError("matryoshka_weights is set without matryoshka_dims; set both or neither.")
+        return
+    dims = list(dims)
+    if not dims or any(not isinstance(d, int) or d < 1 for d in dims):
+        raise ValueError(
+            f"matryoshka_dims must be a non-empty list of positive sizes, e.g. [384, 256, 128, 64]; got {dims}."
+        )
+    if len(set(dims)) != len(dims):
+        raise ValueError(f"matryoshka_dims lists a size twice: {dims}.")
+    if width is not None and max(dims) > width:
+        raise ValueError(
+            f"matryoshka_dims: {max(dims)} is larger than the embedding ({width} dimensions); use sizes <= {width}."
+        )
+    if weights is not None and (len(weights) != len(dims) or any(w <= 0 for w in weights)):
+        raise ValueError(
+            f"matryoshka_weights must give one positive weight per matryoshka_dims entry ({len(dims)}); "
+            f"got {list(weights)}."
+        )

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
+from hf_sentcl.configs.choices import STS_MODES
 from hf_sentcl.hub.download import resolve_data_dir
 
 STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
-STS_MODES = ("all", "mean", "wmean")
 
 #: the names tables, the model card and MTEB give STS-B and SICK-R, accepted for the internal ones (any case)
 STS_TASK_ALIASES = {

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS, resolve_model_name
+from hf_sentcl.configs.choices import EMBEDDED_MODEL_ALIAS
+from hf_sentcl.modeling.backbone import resolve_model_name
 from hf_sentcl.modeling.st_files import sentence_transformers_pooling
 
 logger = logging.getLogger("hf_sentcl")

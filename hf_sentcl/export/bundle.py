@@ -11,6 +11,7 @@ from typing import Any
 from transformers import AutoConfig
 
 from hf_sentcl.common.layout import EXPORT_DIRNAME, MTEB_RESULTS_DIRNAME
+from hf_sentcl.configs.choices import pooling_mode
 from hf_sentcl.evaluation.mteb import INSTALL_HINT, MtebScores, mteb_available
 from hf_sentcl.evaluation.plots import PLOTS_DIRNAME
 from hf_sentcl.export.base_model import backbone_source, base_language
@@ -30,7 +31,6 @@ from hf_sentcl.export.writer import staged_export, write_export
 from hf_sentcl.modeling import POOLING_MODES, SentenceEncoder, SentenceEncoderConfig
 from hf_sentcl.modeling.backbone import resolve_model_name
 from hf_sentcl.modeling.encoder import load_encoder
-from hf_sentcl.modeling.pooling import pooling_mode
 
 logger = logging.getLogger("hf_sentcl")
 

@@ -10,10 +10,10 @@ from typing import Any
 
 from torch import nn
 
+from hf_sentcl.configs.choices import Pooling
 from hf_sentcl.export.base_model import backbone_source, base_pipeline, export_pipeline
 from hf_sentcl.modeling.encoder import SentenceEncoder
 from hf_sentcl.modeling.heads import MLPHead
-from hf_sentcl.modeling.pooling import Pooling
 from hf_sentcl.modeling.st_files import sentence_transformers_max_seq_length
 
 

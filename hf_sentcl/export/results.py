@@ -12,6 +12,7 @@ from typing import Any
 
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
+from hf_sentcl.configs.choices import EMBEDDED_MODEL_ALIAS
 from hf_sentcl.data.provenance import MTEB_DATASETS_KEY
 from hf_sentcl.evaluation.mteb import MTEB_STS_DATASETS
 from hf_sentcl.evaluation.report import (
@@ -21,7 +22,6 @@ from hf_sentcl.evaluation.report import (
 from hf_sentcl.evaluation.sts import STS_TASKS
 from hf_sentcl.evaluation.transfer import TRANSFER_TASKS
 from hf_sentcl.export.plan import ExportError
-from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS
 
 #: the label of the one row of results from `hf-sentcl evaluate`
 EVALUATED = "evaluated"

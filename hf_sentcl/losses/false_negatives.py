@@ -31,10 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-#: values of the `false_negatives` setting
-FALSE_NEGATIVE_MODES = ("keep", "mask", "guide")
-#: how `guide_margin` lowers the guide's threshold (sentence-transformers' GISTEmbedLoss `margin_strategy`)
-GUIDE_MARGIN_STRATEGIES = ("absolute", "relative")
+from hf_sentcl.configs.choices import GUIDE_MARGIN_STRATEGIES
 
 
 @dataclass(frozen=True)

@@ -15,31 +15,6 @@ import torch
 LossFn = Callable[[torch.Tensor], tuple[torch.Tensor, dict[str, torch.Tensor]]]
 
 
-def check_matryoshka(dims: Sequence[int] | None, weights: Sequence[float] | None, width: int | None = None) -> None:
-    """Raise ValueError naming `matryoshka_dims` / `matryoshka_weights` when they do not describe prefixes:
-    positive, distinct sizes (at most `width`, the embedding size, when known) and one positive weight each."""
-    if dims is None:
-        if weights is not None:
-            raise ValueError("matryoshka_weights is set without matryoshka_dims; set both or neither.")
-        return
-    dims = list(dims)
-    if not dims or any(not isinstance(d, int) or d < 1 for d in dims):
-        raise ValueError(
-            f"matryoshka_dims must be a non-empty list of positive sizes, e.g. [384, 256, 128, 64]; got {dims}."
-        )
-    if len(set(dims)) != len(dims):
-        raise ValueError(f"matryoshka_dims lists a size twice: {dims}.")
-    if width is not None and max(dims) > width:
-        raise ValueError(
-            f"matryoshka_dims: {max(dims)} is larger than the embedding ({width} dimensions); use sizes <= {width}."
-        )
-    if weights is not None and (len(weights) != len(dims) or any(w <= 0 for w in weights)):
-        raise ValueError(
-            f"matryoshka_weights must give one positive weight per matryoshka_dims entry ({len(dims)}); "
-            f"got {list(weights)}."
-        )
-
-
 def matryoshka_loss(
     loss_fn: LossFn, vectors: torch.Tensor, dims: Sequence[int], weights: Sequence[float] | None = None
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

@@ -13,6 +13,8 @@ from typing import Any
 
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
 
+from hf_sentcl.configs.choices import EMBEDDED_MODEL_ALIAS
+
 WEIGHT_FILES = (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_NAME, WEIGHTS_INDEX_NAME)
 
 
@@ -125,8 +127,6 @@ def max_sequence_length(config: dict[str, Any]) -> int | None:
         positions -= (config.get("pad_token_id") or 0) + 1
     return positions
 
-
-EMBEDDED_MODEL_ALIAS = "embedded:all-MiniLM-L6-v2"
 
 
 def resolve_model_name(name_or_path: str) -> str:

@@ -21,8 +21,6 @@ and the cached step's eager first pass and compiled replay draw the same masks.
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 from collections.abc import Callable
 
 import torch
@@ -44,16 +42,6 @@ class CompiledTrainingLayer:
         if runs_compiled(self):
             return compiled(base, base.forward)(self, *args, **kwargs)
         return base.forward(self, *args, **kwargs)
-
-
-def cpu_compiler_problem() -> str | None:
-    """Why inductor cannot compile for the CPU here (it builds C++ with $CXX, g++, c++ or clang++), or None."""
-    candidates = [os.environ.get("CXX"), "g++", "c++", "clang++"]
-    if any(name and shutil.which(name) for name in candidates):
-        return None
-    return ("compile_layers on the CPU needs a C++ compiler (torch.compile's inductor builds C++ kernels) and none "
-            "is on PATH ($CXX, g++, c++, clang++): install one (Debian/Ubuntu: apt install g++) or set "
-            "compile_layers: false.")
 
 
 def layer_class(layer: CompiledTrainingLayer) -> type:

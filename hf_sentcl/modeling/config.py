@@ -5,9 +5,7 @@ from __future__ import annotations
 from transformers import AutoConfig, PreTrainedConfig
 from transformers.configuration_utils import SubConfigSpec
 
-from hf_sentcl.modeling.pooling import pooling_mode
-
-HEAD_TYPES = ("none", "mlp")
+from hf_sentcl.configs.choices import HEAD_TYPES, pooling_mode
 
 
 class SentenceEncoderConfig(PreTrainedConfig):

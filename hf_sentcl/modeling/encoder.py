@@ -17,12 +17,13 @@ from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import ModelOutput
 
+from hf_sentcl.common.hardware import mixed_eval_dtype
+from hf_sentcl.configs.choices import Pooling, pooling_mode
 from hf_sentcl.modeling.backbone import resolve_model_name
 from hf_sentcl.modeling.backbone_forward import run_backbone
 from hf_sentcl.modeling.config import SentenceEncoderConfig
 from hf_sentcl.modeling.heads import MLPHead
-from hf_sentcl.modeling.pooling import Pooling, pool, pooling_mode
-from hf_sentcl.modeling.precision import mixed_eval_dtype
+from hf_sentcl.modeling.pooling import pool
 from hf_sentcl.modeling.st_files import sentence_transformers_max_seq_length, sentence_transformers_pooling
 
 MAX_DEFAULT_SEQ_LENGTH = 512
@@ -294,7 +295,7 @@ class SentenceEncoder(PreTrainedModel):
 
         Each distinct sentence is encoded once; sentences are sorted by token length so that each batch pads
         little. `bf16=True` runs the backbone under mixed precision: bf16 autocast, or fp16 on a GPU without native
-        bf16 (`hf_sentcl.modeling.precision.mixed_eval_dtype`; results differ from fp32 by rounding only).
+        bf16 (`hf_sentcl.common.hardware.mixed_eval_dtype`; results differ from fp32 by rounding only).
         `show_progress_bar`: None (default) draws one for long jobs when stderr is a terminal.
         """
         if isinstance(sentences, str):

@@ -1,49 +1,17 @@
-"""Pooling of token states into one sentence vector: the one definition of the pooling modes.
+"""Pooling of token states into one sentence vector: the one computation of the pooling modes (the modes themselves,
+`Pooling`, are recipe vocabulary in `hf_sentcl.configs.choices`).
 
 The encoder (`SentenceEncoder.forward`), the export (its plain-`AutoModel` check and the sentence-transformers
-modules it builds) and the model card's usage snippet all take the modes and their computation from here.
+modules it builds) and the model card's usage snippet all take the modes' computation from here.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Sequence
 
 import torch
 
-
-class Pooling(str, enum.Enum):
-    """A pooling mode. The value is the name used in recipes and saved configs."""
-
-    CLS = "cls"  # first token, through the head when one is active
-    CLS_BEFORE_POOLER = "cls_before_pooler"  # first token, never through the head
-    MEAN = "mean"
-    MAX = "max"
-    FIRST_LAST_AVG = "first_last_avg"  # mean over tokens of (first transformer layer + last layer) / 2
-    LAST2_AVG = "last2_avg"  # mean over tokens of (second-to-last layer + last layer) / 2
-
-    @property
-    def averaged_state(self) -> int | None:
-        """For a layer average, the index of the hidden state averaged with the last one; None otherwise."""
-        return {Pooling.FIRST_LAST_AVG: 1, Pooling.LAST2_AVG: -2}.get(self)
-
-    @property
-    def token_pooling(self) -> str:
-        """How token states are reduced, as sentence-transformers' `Pooling` module names it: cls, mean or max."""
-        if self in (Pooling.CLS, Pooling.CLS_BEFORE_POOLER):
-            return "cls"
-        return "max" if self is Pooling.MAX else "mean"
-
-
-POOLING_MODES: tuple[str, ...] = tuple(mode.value for mode in Pooling)
-
-
-def pooling_mode(value: str | Pooling, key: str = "pooling") -> Pooling:
-    """`value` as a `Pooling`; a ValueError naming `key` and the known modes for anything else."""
-    try:
-        return Pooling(value)
-    except ValueError:
-        raise ValueError(f"Unknown {key} '{value}'. Choose one of: {', '.join(POOLING_MODES)}.") from None
+from hf_sentcl.configs.choices import Pooling, pooling_mode
 
 
 def masked_mean(states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from hf_sentcl.modeling.pooling import Pooling
+from hf_sentcl.configs.choices import Pooling
 
 logger = logging.getLogger("hf_sentcl")
 

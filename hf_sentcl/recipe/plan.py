@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hf_sentcl.configs.arguments import eval_mixed_precision
+from hf_sentcl.configs.precision import eval_mixed_precision
 from hf_sentcl.data.corpus import text_sources
 from hf_sentcl.evaluation.glue import GlueSettings
 from hf_sentcl.evaluation.suites import suite_settings

@@ -51,10 +51,11 @@ from hf_sentcl.common.distributed import (
     world_size,
 )
 from hf_sentcl.common.preemption import current_watch
+from hf_sentcl.configs.validation import check_matryoshka
 from hf_sentcl.evaluation.alignment import sts_alignment_uniformity
 from hf_sentcl.evaluation.sts import STSEvaluator
 from hf_sentcl.losses.false_negatives import GuideMargin, text_groups
-from hf_sentcl.losses.matryoshka import LossFn, check_matryoshka, matryoshka_loss
+from hf_sentcl.losses.matryoshka import LossFn, matryoshka_loss
 from hf_sentcl.modeling.compiled import compile_layers
 from hf_sentcl.modeling.encoder import evaluating_in_training
 from hf_sentcl.modeling.fast_dropout import use_fast_dropout

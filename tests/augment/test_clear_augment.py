@@ -19,6 +19,7 @@ from hf_sentcl.augment.text import (
     substitute_synonyms,
 )
 from hf_sentcl.augment.wordnet import WordNet
+from hf_sentcl.configs.choices import EMBEDDED_MODEL_ALIAS
 from hf_sentcl.data.clear import (
     EXAMPLE_INDEX,
     CLEARCollator,
@@ -27,7 +28,7 @@ from hf_sentcl.data.clear import (
     add_delete_token,
     protected_ids,
 )
-from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS, resolve_model_name
+from hf_sentcl.modeling.backbone import resolve_model_name
 
 DEL = "[DEL]"
 SPECIAL = {"[CLS]", "[SEP]", "[PAD]"}

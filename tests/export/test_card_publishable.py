@@ -13,6 +13,7 @@ from huggingface_hub import HfApi, ModelCard, close_session, constants
 
 from hf_sentcl import SentenceEncoder
 from hf_sentcl.cli.export import main as export_main
+from hf_sentcl.configs.choices import EMBEDDED_MODEL_ALIAS
 from hf_sentcl.evaluation.mteb import MtebScores
 from hf_sentcl.evaluation.sts import STS_TASKS
 from hf_sentcl.export.bundle import export_with_card
@@ -23,7 +24,6 @@ from hf_sentcl.export.plan import ExportPlan
 from hf_sentcl.export.publish import push_export
 from hf_sentcl.export.results import CARD_INPUTS, load_results
 from hf_sentcl.hub.upload import LOCAL_ONLY_FILES, upload_plan
-from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS
 
 PLAN = ExportPlan(pooling="mean", source_layers=2, kept_layers=2, head="none", hidden_size=32, max_seq_length=64)
 SCORES = {task: 70.0 + i for i, task in enumerate(STS_TASKS)}

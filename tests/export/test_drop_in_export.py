@@ -12,10 +12,11 @@ from sentence_transformers import SentenceTransformer
 
 from hf_sentcl import SentenceEncoder
 from hf_sentcl.cli.export import main
+from hf_sentcl.configs.choices import EMBEDDED_MODEL_ALIAS
 from hf_sentcl.export.bundle import export_with_card
 from hf_sentcl.export.plan import ExportPlan, plan_export
 from hf_sentcl.export.snippets import transformers_snippet
-from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS, resolve_model_name
+from hf_sentcl.modeling.backbone import resolve_model_name
 
 SENTENCES = [
     "A man is playing a guitar.",

@@ -23,6 +23,7 @@ from sentence_transformers import SentenceTransformer
 
 from hf_sentcl import SentenceEncoder
 from hf_sentcl.cli.mine import main as mine_main
+from hf_sentcl.configs.choices import EMBEDDED_MODEL_ALIAS
 from hf_sentcl.evaluation.mteb import NO_REVISION
 from hf_sentcl.evaluation.sts import STS_TASKS
 from hf_sentcl.export.bundle import export_mteb_results, export_with_card
@@ -32,7 +33,7 @@ from hf_sentcl.export.mteb_meta import import_model_meta
 from hf_sentcl.export.plan import ExportError
 from hf_sentcl.export.results import CARD_INPUTS
 from hf_sentcl.export.verify import PROBE_SENTENCES
-from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS, resolve_model_name
+from hf_sentcl.modeling.backbone import resolve_model_name
 from hf_sentcl.recipe.metadata import non_default_settings, training_data_summary
 from hf_sentcl.recipe.parser import parse_recipe
 from hf_sentcl.recipe.plan import plan_run

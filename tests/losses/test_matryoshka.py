@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 import torch
 
+from hf_sentcl.configs.validation import check_matryoshka
 from hf_sentcl.losses import info_nce
-from hf_sentcl.losses.matryoshka import check_matryoshka, matryoshka_loss
+from hf_sentcl.losses.matryoshka import matryoshka_loss
 
 TAU = 0.05
 

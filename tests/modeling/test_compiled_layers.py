@@ -11,6 +11,7 @@ import pytest
 import torch
 from test_unpadded import TOLERANCE, counted, embeddings_and_grads, method_stage, mixed_batch
 
+from hf_sentcl.common import hardware
 from hf_sentcl.modeling import SentenceEncoder, backbone_forward, compiled, unpadded
 from hf_sentcl.modeling.compiled import CompiledTrainingLayer, compile_layers, transformer_layers, uncompile_layers
 from hf_sentcl.modeling.fast_dropout import use_fast_dropout
@@ -136,10 +137,10 @@ def test_a_cpu_run_without_a_cxx_compiler_is_refused_before_work(tmp_path, tiny_
     """Inductor builds C++ for the CPU: without a compiler the recipe is refused when parsed, naming the fix."""
     (tmp_path / "run").mkdir()
     monkeypatch.delenv("CXX", raising=False)
-    monkeypatch.setattr(compiled.shutil, "which", lambda name: None)
+    monkeypatch.setattr(hardware.shutil, "which", lambda name: None)
     with pytest.raises(ValueError, match="needs a C\\+\\+ compiler.*apt install g\\+\\+.*compile_layers: false"):
         method_stage("simcse", tmp_path / "run", tiny_bert_dir, senteval_dir, compile_layers="true")
-    assert compiled.cpu_compiler_problem() is not None
+    assert hardware.cpu_compiler_problem() is not None
     monkeypatch.setenv("CXX", "my-cxx")
-    monkeypatch.setattr(compiled.shutil, "which", lambda name: "/opt/bin/my-cxx" if name == "my-cxx" else None)
-    assert compiled.cpu_compiler_problem() is None
+    monkeypatch.setattr(hardware.shutil, "which", lambda name: "/opt/bin/my-cxx" if name == "my-cxx" else None)
+    assert hardware.cpu_compiler_problem() is None

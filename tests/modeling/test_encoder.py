@@ -7,7 +7,7 @@ from helpers import bert_tokenizer_from_vocab_file, write_wordpiece_vocab
 from transformers import AutoModel
 
 from hf_sentcl import SentenceEncoder, SentenceEncoderConfig
-from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS
+from hf_sentcl.configs.choices import EMBEDDED_MODEL_ALIAS
 
 SENTENCES = [
     "the cat plays with a ball in the park",

@@ -19,10 +19,10 @@ from hf_sentcl import SentenceEncoder
 from hf_sentcl.cli.export import main as export_main
 from hf_sentcl.cli.train import main as run_main
 from hf_sentcl.configs import SelfGuidedConfig, SimCSEConfig
+from hf_sentcl.configs.lora import check_lora_settings
 from hf_sentcl.data import ViewCollator, tokenize_views
 from hf_sentcl.export.writer import export_encoder
 from hf_sentcl.modeling.peft import (
-    check_lora_settings,
     lora_delta_squared_norm,
     merge_adapters,
     parameter_counts,

@@ -9,7 +9,8 @@ import pytest
 import torch
 from sentence_transformers import SentenceTransformer
 
-from hf_sentcl.modeling.backbone import EMBEDDED_MODEL_ALIAS, resolve_model_name
+from hf_sentcl.configs.choices import EMBEDDED_MODEL_ALIAS
+from hf_sentcl.modeling.backbone import resolve_model_name
 from hf_sentcl.modeling.encoder import load_encoder
 from hf_sentcl.modeling.st_files import sentence_transformers_pooling
 

@@ -28,7 +28,7 @@ from helpers import build_tiny_bert, random_sentences, write_full_senteval, writ
 from launching import export_weights, failure, launch, max_difference, results_of
 from safetensors.torch import load_file
 
-from hf_sentcl.modeling.precision import resolve_precision
+from hf_sentcl.common.hardware import resolve_precision
 
 pytestmark = pytest.mark.slow
 

@@ -267,8 +267,8 @@ def test_choices_come_from_the_literal_types():
     """The parser is transformers' HfArgumentParser, and its choices are the Literal types' (one definition)."""
     from transformers import HfArgumentParser
 
+    from hf_sentcl.configs.choices import POOLING_MODES
     from hf_sentcl.configs.validation import literal_choices
-    from hf_sentcl.modeling.pooling import POOLING_MODES
     from hf_sentcl.recipe.parser import RecipeArgumentParser
 
     parser = RecipeArgumentParser("self_guided")

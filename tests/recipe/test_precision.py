@@ -10,9 +10,10 @@ import pytest
 import torch
 from helpers import DtypeProbe, build_trainer
 
+from hf_sentcl.common import hardware as P
 from hf_sentcl.configs import SimCSEConfig
-from hf_sentcl.configs.arguments import DataArguments, eval_mixed_precision
-from hf_sentcl.modeling import precision as P
+from hf_sentcl.configs.inputs import DataArguments
+from hf_sentcl.configs.precision import eval_mixed_precision
 from hf_sentcl.recipe.metadata import precision_summary
 from hf_sentcl.recipe.parser import parse_recipe
 
@@ -58,9 +59,9 @@ def args(tmp_path, **values) -> SimCSEConfig:
 
 
 def test_the_precision_key_sets_the_flags(tmp_path, monkeypatch):
-    from hf_sentcl.configs import arguments
+    from hf_sentcl.configs import precision
 
-    monkeypatch.setattr(arguments, "resolve_precision", lambda requested, device: "fp32" if requested == "auto"
+    monkeypatch.setattr(precision, "resolve_precision", lambda requested, device: "fp32" if requested == "auto"
                         else requested)
     auto = args(tmp_path, precision="auto")
     assert (auto.bf16, auto.fp16, auto.resolved_precision) == (False, False, "fp32")
@@ -114,7 +115,7 @@ def test_tf32_without_a_tf32_gpu_is_one_log_line_not_a_warning(tmp_path, monkeyp
     from hf_sentcl.configs import arguments
 
     monkeypatch.setenv("HF_SENTCL_DATA", str(tmp_path / "senteval"))
-    monkeypatch.setattr(arguments, "_has_tf32", lambda: False)
+    monkeypatch.setattr(arguments, "has_tf32", lambda: False)
     recipe = next(p for p in PAPER_RECIPES if p.name == "simcse_bert.yaml")
     with warnings.catch_warnings(), caplog.at_level(logging.INFO, logger="hf_sentcl"):
         warnings.simplefilter("error", UserWarning)

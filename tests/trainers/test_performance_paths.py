@@ -270,10 +270,10 @@ def test_length_buckets_are_refused_where_views_are_encoded_differently(tmp_path
 def test_bf16_on_a_cpu_without_bf16_kernels_warns(tmp_path, monkeypatch):
     from hf_sentcl.configs import arguments
 
-    monkeypatch.setattr(arguments, "_cpu_has_bf16", lambda: False)
+    monkeypatch.setattr(arguments, "cpu_has_native_bf16", lambda: False)
     with pytest.warns(UserWarning, match="no native bf16"):
         SimCSEConfig(output_dir=str(tmp_path), bf16=True, use_cpu=True, report_to="none")
-    monkeypatch.setattr(arguments, "_cpu_has_bf16", lambda: True)
+    monkeypatch.setattr(arguments, "cpu_has_native_bf16", lambda: True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         SimCSEConfig(output_dir=str(tmp_path), bf16=True, use_cpu=True, report_to="none")

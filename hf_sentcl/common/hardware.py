@@ -1,4 +1,5 @@
-"""Which numeric precision a run uses: `precision: auto` picks it from the hardware (docs/precision.md).
+"""What this machine's hardware and toolchain can do for a run: which numeric precision `precision: auto` picks
+(docs/precision.md), and whether inductor can compile for the CPU (`compile_layers`).
 
 - bf16 where the hardware computes it natively: a CUDA GPU with native bf16 (Ampere and later; not the emulated
   bf16 that `torch.cuda.is_bf16_supported()` also counts), or a CPU with AVX512-BF16 or AMX;
@@ -10,6 +11,8 @@ Evaluation with mixed precision follows the same rule (`mixed_eval_dtype`).
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import torch
@@ -64,3 +67,27 @@ def mixed_eval_dtype(device: torch.device) -> torch.dtype:
     if device.type == "cuda" and not cuda_has_native_bf16():
         return torch.float16
     return torch.bfloat16
+
+
+def cpu_compiler_problem() -> str | None:
+    """Why inductor cannot compile for the CPU here (it builds C++ with $CXX, g++, c++ or clang++), or None."""
+    candidates = [os.environ.get("CXX"), "g++", "c++", "clang++"]
+    if any(name and shutil.which(name) for name in candidates):
+        return None
+    return ("compile_layers on the CPU needs a C++ compiler (torch.compile's inductor builds C++ kernels) and none "
+            "is on PATH ($CXX, g++, c++, clang++): install one (Debian/Ubuntu: apt install g++) or set "
+            "compile_layers: false.")
+
+
+def cuda_available() -> bool:
+    return torch.cuda.is_available()
+
+
+def has_tf32() -> bool:
+    """Whether TF32 matmuls exist here (a CUDA GPU of compute capability 8.0 or newer)."""
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 8
+
+
+def has_accelerator() -> bool:
+    """Whether a CUDA or XPU device is here (otherwise a run trains on the CPU)."""
+    return torch.cuda.is_available() or (hasattr(torch, "xpu") and torch.xpu.is_available())
