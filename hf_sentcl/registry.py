@@ -102,17 +102,6 @@ class Paper:
 
 
 PAPERS: dict[str, Paper] = {
-    "simcse": Paper(
-        "Tianyu Gao, Xingcheng Yao, Danqi Chen",
-        "SimCSE: Simple Contrastive Learning of Sentence Embeddings", "EMNLP 2021", "2104.08821",
-        """@inproceedings{gao2021simcse,
-  title = {{SimCSE}: Simple Contrastive Learning of Sentence Embeddings},
-  author = {Gao, Tianyu and Yao, Xingcheng and Chen, Danqi},
-  booktitle = {Proceedings of the 2021 Conference on Empirical Methods in Natural Language Processing (EMNLP)},
-  year = {2021}
-}""",
-        code="https://github.com/princeton-nlp/SimCSE",
-    ),
     "self_guided": Paper(
         "Taeuk Kim, Kang Min Yoo, Sang-goo Lee",
         "Self-Guided Contrastive Learning for BERT Sentence Representations", "ACL 2021", "2106.07345",
@@ -158,6 +147,14 @@ PAPERS: dict[str, Paper] = {
 }
 
 
+def folder_methods(module) -> tuple[MethodSpec, ...]:
+    """The methods a method folder's `__init__` declares: its `METHOD`, or its `METHODS` tuple when one folder holds
+    several recipe `method:` names that share their config, trainer module and paper (SimCSE's `simcse` and
+    `simcse_sup`)."""
+    specs = getattr(module, "METHODS", None)
+    return tuple(specs) if specs is not None else (module.METHOD,)
+
+
 class MethodRegistry(Mapping[str, MethodSpec]):
     """The methods by name; the built-in method folders and the entry points are read on first use (module
     docstring), so that importing the registry stays cheap."""
@@ -181,7 +178,9 @@ class MethodRegistry(Mapping[str, MethodSpec]):
         self._discovered = True
         package = importlib.import_module(METHOD_PACKAGE)
         for module in sorted(m.name for m in pkgutil.iter_modules(package.__path__)):
-            self.register(importlib.import_module(f"{METHOD_PACKAGE}.{module}").METHOD, f"{METHOD_PACKAGE}.{module}")
+            origin = f"{METHOD_PACKAGE}.{module}"
+            for spec in folder_methods(importlib.import_module(origin)):
+                self.register(spec, origin)
         for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
             self._register_entry_point(entry)
 
@@ -215,24 +214,6 @@ class MethodRegistry(Mapping[str, MethodSpec]):
 
 #: the methods that predate the method folders (`hf_sentcl.methods`), registered here
 BUILT_IN: tuple[MethodSpec, ...] = (
-    MethodSpec(
-        name="simcse",
-        paper=PAPERS["simcse"],
-        config_path="hf_sentcl.configs.simcse.SimCSEConfig",
-        trainer_path="hf_sentcl.trainers.simcse.SimCSETrainer",
-        text_columns=("text",),
-        summary="Unsupervised SimCSE: dropout views, in-batch InfoNCE (Gao et al. 2021).",
-    ),
-    MethodSpec(
-        name="simcse_sup",
-        paper=PAPERS["simcse"],
-        docs_page="simcse",
-        config_path="hf_sentcl.configs.simcse.SupervisedSimCSEConfig",
-        trainer_path="hf_sentcl.trainers.simcse.SupervisedSimCSETrainer",
-        text_columns=("sent0", "sent1"),
-        optional_text_columns=("hard_neg",),
-        summary="Supervised SimCSE on (anchor, entailment[, contradiction]) pairs or triplets.",
-    ),
     MethodSpec(
         name="self_guided",
         paper=PAPERS["self_guided"],

@@ -3,7 +3,6 @@
 from hf_sentcl.configs.arguments import DataArguments, ModelArguments, SentCLTrainingArguments
 from hf_sentcl.configs.clear import CLEARConfig
 from hf_sentcl.configs.self_guided import SelfGuidedConfig
-from hf_sentcl.configs.simcse import SimCSEConfig, SupervisedSimCSEConfig
 
 __all__ = [
     "CLEARConfig",
@@ -11,6 +10,4 @@ __all__ = [
     "ModelArguments",
     "SelfGuidedConfig",
     "SentCLTrainingArguments",
-    "SimCSEConfig",
-    "SupervisedSimCSEConfig",
 ]

@@ -3,13 +3,10 @@
 from hf_sentcl.trainers.base import ContrastiveTrainer, ViewsOutput
 from hf_sentcl.trainers.clear import CLEARTrainer
 from hf_sentcl.trainers.self_guided import SelfGuidedTrainer
-from hf_sentcl.trainers.simcse import SimCSETrainer, SupervisedSimCSETrainer
 
 __all__ = [
     "CLEARTrainer",
     "ContrastiveTrainer",
     "SelfGuidedTrainer",
-    "SimCSETrainer",
-    "SupervisedSimCSETrainer",
     "ViewsOutput",
 ]

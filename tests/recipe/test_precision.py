@@ -10,8 +10,8 @@ import pytest
 import torch
 from helpers import DtypeProbe, build_trainer
 
-from hf_sentcl.configs import SimCSEConfig
 from hf_sentcl.configs.arguments import DataArguments, eval_mixed_precision
+from hf_sentcl.methods.simcse.config import SimCSEConfig
 from hf_sentcl.modeling import precision as P
 from hf_sentcl.recipe.metadata import precision_summary
 from hf_sentcl.recipe.parser import parse_recipe
