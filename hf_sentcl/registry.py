@@ -102,17 +102,6 @@ class Paper:
 
 
 PAPERS: dict[str, Paper] = {
-    "self_guided": Paper(
-        "Taeuk Kim, Kang Min Yoo, Sang-goo Lee",
-        "Self-Guided Contrastive Learning for BERT Sentence Representations", "ACL 2021", "2106.07345",
-        """@inproceedings{kim2021selfguided,
-  title = {Self-Guided Contrastive Learning for {BERT} Sentence Representations},
-  author = {Kim, Taeuk and Yoo, Kang Min and Lee, Sang-goo},
-  booktitle = {Proceedings of the 59th Annual Meeting of the Association for Computational Linguistics (ACL)},
-  year = {2021}
-}""",
-        code="https://github.com/galsang/SG-BERT",  # papers/sg-bert.txt, section 4.1
-    ),
     "clear": Paper(
         "Zhuofeng Wu, Sinong Wang, Jiatao Gu, Madian Khabsa, Fei Sun, Hao Ma",
         "CLEAR: Contrastive Learning for Sentence Representation", "arXiv preprint 2020", "2012.15466",
@@ -214,17 +203,6 @@ class MethodRegistry(Mapping[str, MethodSpec]):
 
 #: the methods that predate the method folders (`hf_sentcl.methods`), registered here
 BUILT_IN: tuple[MethodSpec, ...] = (
-    MethodSpec(
-        name="self_guided",
-        paper=PAPERS["self_guided"],
-        config_path="hf_sentcl.configs.self_guided.SelfGuidedConfig",
-        trainer_path="hf_sentcl.trainers.self_guided.SelfGuidedTrainer",
-        text_columns=("text",),
-        summary="Self-guided contrastive learning, SG / SG-OPT: [CLS] vs. a frozen copy's layer views "
-        "(Kim et al. 2021).",
-        sharded_weights_problem="its frozen copy, projection head and parameter-distance regularizer use the "
-        "encoder's weights outside its forward",
-    ),
     MethodSpec(
         name="clear",
         paper=PAPERS["clear"],

@@ -2,12 +2,10 @@
 
 from hf_sentcl.configs.arguments import DataArguments, ModelArguments, SentCLTrainingArguments
 from hf_sentcl.configs.clear import CLEARConfig
-from hf_sentcl.configs.self_guided import SelfGuidedConfig
 
 __all__ = [
     "CLEARConfig",
     "DataArguments",
     "ModelArguments",
-    "SelfGuidedConfig",
     "SentCLTrainingArguments",
 ]

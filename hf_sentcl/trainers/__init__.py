@@ -2,11 +2,9 @@
 
 from hf_sentcl.trainers.base import ContrastiveTrainer, ViewsOutput
 from hf_sentcl.trainers.clear import CLEARTrainer
-from hf_sentcl.trainers.self_guided import SelfGuidedTrainer
 
 __all__ = [
     "CLEARTrainer",
     "ContrastiveTrainer",
-    "SelfGuidedTrainer",
     "ViewsOutput",
 ]
