@@ -1,11 +1,12 @@
 """The method registry: recipe `method:` name -> config dataclass, trainer class, data layout, paper and stages.
 
-Methods come from three places, found the first time the registry is read:
+Methods come from two places, found the first time the registry is read, and from `register_method` calls at run
+time:
 - `hf_sentcl.methods`: a built-in method is one subpackage there (config, trainer, data hook, loss and this
-  registration together), whose `__init__` defines `METHOD`, a `MethodSpec`;
+  registration together), whose `__init__` defines `METHOD`, a `MethodSpec` (or `METHODS`, a tuple of them, when
+  one folder holds several recipe names: SimCSE's `simcse` and `simcse_sup`);
 - the `hf_sentcl.methods` entry-point group: another installed package adds a method without editing hf_sentcl,
-  with `[project.entry-points."hf_sentcl.methods"] my_method = "my_package.my_method:METHOD"`;
-- `BUILT_IN` below (the methods that predate the method folders), and `register_method` calls at run time.
+  with `[project.entry-points."hf_sentcl.methods"] my_method = "my_package.my_method:METHOD"`.
 
 Nothing here imports a config or trainer until it is asked for, so every layer may read the registry; a method's
 `__init__` must stay as light (its `MethodSpec` names its classes by import path)."""
@@ -16,8 +17,9 @@ import importlib
 import importlib.metadata
 import pkgutil
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from types import ModuleType
 
 #: where built-in methods live, one subpackage each, and the entry-point group of other packages' methods
 METHOD_PACKAGE = ENTRY_POINT_GROUP = "hf_sentcl.methods"
@@ -101,17 +103,9 @@ class Paper:
         return f"{self.authors}. {self.title}. {self.venue}{arxiv}."
 
 
+#: the papers of the plug-ins that are not methods, cited by the model card of a run that uses them; a method's paper
+#: is its `MethodSpec.paper`, declared in its folder
 PAPERS: dict[str, Paper] = {
-    "clear": Paper(
-        "Zhuofeng Wu, Sinong Wang, Jiatao Gu, Madian Khabsa, Fei Sun, Hao Ma",
-        "CLEAR: Contrastive Learning for Sentence Representation", "arXiv preprint 2020", "2012.15466",
-        """@article{wu2020clear,
-  title = {{CLEAR}: Contrastive Learning for Sentence Representation},
-  author = {Wu, Zhuofeng and Wang, Sinong and Gu, Jiatao and Khabsa, Madian and Sun, Fei and Ma, Hao},
-  journal = {arXiv preprint arXiv:2012.15466},
-  year = {2020}
-}""",
-    ),
     # the margin plug-in (`perturbation:`): IFM against the gradient, BYOP with it
     "ifm": Paper(
         "Joshua Robinson, Li Sun, Ke Yu, Kayhan Batmanghelich, Stefanie Jegelka, Suvrit Sra",
@@ -136,7 +130,7 @@ PAPERS: dict[str, Paper] = {
 }
 
 
-def folder_methods(module) -> tuple[MethodSpec, ...]:
+def folder_methods(module: ModuleType) -> tuple[MethodSpec, ...]:
     """The methods a method folder's `__init__` declares: its `METHOD`, or its `METHODS` tuple when one folder holds
     several recipe `method:` names that share their config, trainer module and paper (SimCSE's `simcse` and
     `simcse_sup`)."""
@@ -148,11 +142,9 @@ class MethodRegistry(Mapping[str, MethodSpec]):
     """The methods by name; the built-in method folders and the entry points are read on first use (module
     docstring), so that importing the registry stays cheap."""
 
-    def __init__(self, built_in: Iterable[MethodSpec] = ()) -> None:
+    def __init__(self) -> None:
         self._methods: dict[str, MethodSpec] = {}
         self._discovered = False
-        for spec in built_in:
-            self.register(spec)
 
     def register(self, spec: MethodSpec, origin: str = "hf_sentcl") -> None:
         known = self._methods.get(spec.name)
@@ -200,22 +192,7 @@ class MethodRegistry(Mapping[str, MethodSpec]):
         return len(self._methods)
 
 
-
-#: the methods that predate the method folders (`hf_sentcl.methods`), registered here
-BUILT_IN: tuple[MethodSpec, ...] = (
-    MethodSpec(
-        name="clear",
-        paper=PAPERS["clear"],
-        config_path="hf_sentcl.configs.clear.CLEARConfig",
-        trainer_path="hf_sentcl.trainers.clear.CLEARTrainer",
-        text_columns=("text",),
-        summary="CLEAR: MLM on the original + NT-Xent between two augmented views (Wu et al. 2020).",
-        sharded_weights_problem="its MLM and projection heads run outside the encoder's forward",
-    ),
-)
-
-
-METHODS = MethodRegistry(BUILT_IN)
+METHODS = MethodRegistry()
 
 
 def register_method(spec: MethodSpec) -> None:
@@ -224,6 +201,7 @@ def register_method(spec: MethodSpec) -> None:
 
 
 def get_method(name: str) -> MethodSpec:
+    """The method a recipe names; KeyError listing the registered methods when there is none of that name."""
     if name not in METHODS:
         raise KeyError(f"unknown method '{name}'. Choose one of: {', '.join(sorted(METHODS))}.")
     return METHODS[name]

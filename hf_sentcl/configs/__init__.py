@@ -1,10 +1,9 @@
-"""Recipe dataclasses: model, data, and one TrainingArguments subclass per method."""
+"""Recipe dataclasses: model, data, and the training arguments every method's config extends (a method's own config
+is in its folder, `hf_sentcl.methods`)."""
 
 from hf_sentcl.configs.arguments import DataArguments, ModelArguments, SentCLTrainingArguments
-from hf_sentcl.configs.clear import CLEARConfig
 
 __all__ = [
-    "CLEARConfig",
     "DataArguments",
     "ModelArguments",
     "SentCLTrainingArguments",

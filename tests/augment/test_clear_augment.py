@@ -19,7 +19,7 @@ from hf_sentcl.augment.text import (
     substitute_synonyms,
 )
 from hf_sentcl.augment.wordnet import WordNet
-from hf_sentcl.data.clear import (
+from hf_sentcl.methods.clear.collator import (
     EXAMPLE_INDEX,
     CLEARCollator,
     WordNetSynonyms,

@@ -18,7 +18,7 @@ from helpers import random_sentences, write_yaml_recipe
 from safetensors.torch import load_file
 
 import hf_sentcl.methods
-from hf_sentcl.registry import BUILT_IN, METHODS, MethodRegistry, MethodSpec, folder_methods
+from hf_sentcl.registry import METHODS, MethodRegistry, MethodSpec, folder_methods
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -148,7 +148,7 @@ def test_a_broken_entry_point_is_skipped_with_a_warning_naming_it(tmp_path, monk
         "METHOD = MethodSpec(name='other', config_path='a.b', trainer_path='a.c', text_columns=('text',), "
         "summary='s')\n"}), tmp_path / "site")
     monkeypatch.syspath_prepend(str(site))
-    registry = MethodRegistry(BUILT_IN)
+    registry = MethodRegistry()
     with pytest.warns(UserWarning, match=rf"method entry point 'broken = {value}' of sentcl-broken is skipped") as w:
         names = set(registry)
     assert problem in str(w[0].message)
@@ -161,7 +161,7 @@ def test_a_plug_in_may_not_take_a_built_in_name(tmp_path, monkeypatch):
         "METHOD = MethodSpec(name='simcse', config_path='a.b', trainer_path='a.c', text_columns=('text',), "
         "summary='s')\n"}), tmp_path / "site")
     monkeypatch.syspath_prepend(str(site))
-    registry = MethodRegistry(BUILT_IN)
+    registry = MethodRegistry()
     with pytest.warns(UserWarning, match="method 'simcse' is already registered"):
         assert registry["simcse"].config_path == "hf_sentcl.methods.simcse.config.SimCSEConfig"
 
