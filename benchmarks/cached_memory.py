@@ -25,11 +25,11 @@ import torch
 from datasets import Dataset
 
 from hf_sentcl import SentenceEncoder
-from hf_sentcl.configs import SimCSEConfig
 from hf_sentcl.configs.choices import EMBEDDED_MODEL_ALIAS
 from hf_sentcl.data import ViewCollator, tokenize_views
 from hf_sentcl.hub.download import resolve_data_dir
-from hf_sentcl.trainers import SimCSETrainer
+from hf_sentcl.methods.simcse.config import SimCSEConfig
+from hf_sentcl.methods.simcse.trainer import SimCSETrainer
 from hf_sentcl.trainers.callbacks import _peak_rss_bytes, _reset_peak_rss
 
 MIB = 2**20

@@ -153,9 +153,9 @@ def build_trainer(workdir: Path, steps: int, output: Path, exact: bool = False, 
     from transformers import set_seed
 
     from hf_sentcl import SentenceEncoder
-    from hf_sentcl.configs import SimCSEConfig
     from hf_sentcl.data import ViewCollator, tokenize_views
-    from hf_sentcl.trainers import SimCSETrainer
+    from hf_sentcl.methods.simcse.config import SimCSEConfig
+    from hf_sentcl.methods.simcse.trainer import SimCSETrainer
 
     set_seed(0)  # the projection head starts alike in every run
     backbone = {"unpadded": False, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0} if exact else {}

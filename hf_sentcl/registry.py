@@ -1,11 +1,12 @@
 """The method registry: recipe `method:` name -> config dataclass, trainer class, data layout, paper and stages.
 
-Methods come from three places, found the first time the registry is read:
+Methods come from two places, found the first time the registry is read, and from `register_method` calls at run
+time:
 - `hf_sentcl.methods`: a built-in method is one subpackage there (config, trainer, data hook, loss and this
-  registration together), whose `__init__` defines `METHOD`, a `MethodSpec`;
+  registration together), whose `__init__` defines `METHOD`, a `MethodSpec` (or `METHODS`, a tuple of them, when
+  one folder holds several recipe names: SimCSE's `simcse` and `simcse_sup`);
 - the `hf_sentcl.methods` entry-point group: another installed package adds a method without editing hf_sentcl,
-  with `[project.entry-points."hf_sentcl.methods"] my_method = "my_package.my_method:METHOD"`;
-- `BUILT_IN` below (the methods that predate the method folders), and `register_method` calls at run time.
+  with `[project.entry-points."hf_sentcl.methods"] my_method = "my_package.my_method:METHOD"`.
 
 Nothing here imports a config or trainer until it is asked for, so every layer may read the registry; a method's
 `__init__` must stay as light (its `MethodSpec` names its classes by import path)."""
@@ -16,8 +17,9 @@ import importlib
 import importlib.metadata
 import pkgutil
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from types import ModuleType
 
 #: where built-in methods live, one subpackage each, and the entry-point group of other packages' methods
 METHOD_PACKAGE = ENTRY_POINT_GROUP = "hf_sentcl.methods"
@@ -101,39 +103,9 @@ class Paper:
         return f"{self.authors}. {self.title}. {self.venue}{arxiv}."
 
 
+#: the papers of the plug-ins that are not methods, cited by the model card of a run that uses them; a method's paper
+#: is its `MethodSpec.paper`, declared in its folder
 PAPERS: dict[str, Paper] = {
-    "simcse": Paper(
-        "Tianyu Gao, Xingcheng Yao, Danqi Chen",
-        "SimCSE: Simple Contrastive Learning of Sentence Embeddings", "EMNLP 2021", "2104.08821",
-        """@inproceedings{gao2021simcse,
-  title = {{SimCSE}: Simple Contrastive Learning of Sentence Embeddings},
-  author = {Gao, Tianyu and Yao, Xingcheng and Chen, Danqi},
-  booktitle = {Proceedings of the 2021 Conference on Empirical Methods in Natural Language Processing (EMNLP)},
-  year = {2021}
-}""",
-        code="https://github.com/princeton-nlp/SimCSE",
-    ),
-    "self_guided": Paper(
-        "Taeuk Kim, Kang Min Yoo, Sang-goo Lee",
-        "Self-Guided Contrastive Learning for BERT Sentence Representations", "ACL 2021", "2106.07345",
-        """@inproceedings{kim2021selfguided,
-  title = {Self-Guided Contrastive Learning for {BERT} Sentence Representations},
-  author = {Kim, Taeuk and Yoo, Kang Min and Lee, Sang-goo},
-  booktitle = {Proceedings of the 59th Annual Meeting of the Association for Computational Linguistics (ACL)},
-  year = {2021}
-}""",
-        code="https://github.com/galsang/SG-BERT",  # papers/sg-bert.txt, section 4.1
-    ),
-    "clear": Paper(
-        "Zhuofeng Wu, Sinong Wang, Jiatao Gu, Madian Khabsa, Fei Sun, Hao Ma",
-        "CLEAR: Contrastive Learning for Sentence Representation", "arXiv preprint 2020", "2012.15466",
-        """@article{wu2020clear,
-  title = {{CLEAR}: Contrastive Learning for Sentence Representation},
-  author = {Wu, Zhuofeng and Wang, Sinong and Gu, Jiatao and Khabsa, Madian and Sun, Fei and Ma, Hao},
-  journal = {arXiv preprint arXiv:2012.15466},
-  year = {2020}
-}""",
-    ),
     # the margin plug-in (`perturbation:`): IFM against the gradient, BYOP with it
     "ifm": Paper(
         "Joshua Robinson, Li Sun, Ke Yu, Kayhan Batmanghelich, Stefanie Jegelka, Suvrit Sra",
@@ -158,15 +130,21 @@ PAPERS: dict[str, Paper] = {
 }
 
 
+def folder_methods(module: ModuleType) -> tuple[MethodSpec, ...]:
+    """The methods a method folder's `__init__` declares: its `METHOD`, or its `METHODS` tuple when one folder holds
+    several recipe `method:` names that share their config, trainer module and paper (SimCSE's `simcse` and
+    `simcse_sup`)."""
+    specs = getattr(module, "METHODS", None)
+    return tuple(specs) if specs is not None else (module.METHOD,)
+
+
 class MethodRegistry(Mapping[str, MethodSpec]):
     """The methods by name; the built-in method folders and the entry points are read on first use (module
     docstring), so that importing the registry stays cheap."""
 
-    def __init__(self, built_in: Iterable[MethodSpec] = ()) -> None:
+    def __init__(self) -> None:
         self._methods: dict[str, MethodSpec] = {}
         self._discovered = False
-        for spec in built_in:
-            self.register(spec)
 
     def register(self, spec: MethodSpec, origin: str = "hf_sentcl") -> None:
         known = self._methods.get(spec.name)
@@ -181,7 +159,9 @@ class MethodRegistry(Mapping[str, MethodSpec]):
         self._discovered = True
         package = importlib.import_module(METHOD_PACKAGE)
         for module in sorted(m.name for m in pkgutil.iter_modules(package.__path__)):
-            self.register(importlib.import_module(f"{METHOD_PACKAGE}.{module}").METHOD, f"{METHOD_PACKAGE}.{module}")
+            origin = f"{METHOD_PACKAGE}.{module}"
+            for spec in folder_methods(importlib.import_module(origin)):
+                self.register(spec, origin)
         for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
             self._register_entry_point(entry)
 
@@ -212,51 +192,7 @@ class MethodRegistry(Mapping[str, MethodSpec]):
         return len(self._methods)
 
 
-
-#: the methods that predate the method folders (`hf_sentcl.methods`), registered here
-BUILT_IN: tuple[MethodSpec, ...] = (
-    MethodSpec(
-        name="simcse",
-        paper=PAPERS["simcse"],
-        config_path="hf_sentcl.configs.simcse.SimCSEConfig",
-        trainer_path="hf_sentcl.trainers.simcse.SimCSETrainer",
-        text_columns=("text",),
-        summary="Unsupervised SimCSE: dropout views, in-batch InfoNCE (Gao et al. 2021).",
-    ),
-    MethodSpec(
-        name="simcse_sup",
-        paper=PAPERS["simcse"],
-        docs_page="simcse",
-        config_path="hf_sentcl.configs.simcse.SupervisedSimCSEConfig",
-        trainer_path="hf_sentcl.trainers.simcse.SupervisedSimCSETrainer",
-        text_columns=("sent0", "sent1"),
-        optional_text_columns=("hard_neg",),
-        summary="Supervised SimCSE on (anchor, entailment[, contradiction]) pairs or triplets.",
-    ),
-    MethodSpec(
-        name="self_guided",
-        paper=PAPERS["self_guided"],
-        config_path="hf_sentcl.configs.self_guided.SelfGuidedConfig",
-        trainer_path="hf_sentcl.trainers.self_guided.SelfGuidedTrainer",
-        text_columns=("text",),
-        summary="Self-guided contrastive learning, SG / SG-OPT: [CLS] vs. a frozen copy's layer views "
-        "(Kim et al. 2021).",
-        sharded_weights_problem="its frozen copy, projection head and parameter-distance regularizer use the "
-        "encoder's weights outside its forward",
-    ),
-    MethodSpec(
-        name="clear",
-        paper=PAPERS["clear"],
-        config_path="hf_sentcl.configs.clear.CLEARConfig",
-        trainer_path="hf_sentcl.trainers.clear.CLEARTrainer",
-        text_columns=("text",),
-        summary="CLEAR: MLM on the original + NT-Xent between two augmented views (Wu et al. 2020).",
-        sharded_weights_problem="its MLM and projection heads run outside the encoder's forward",
-    ),
-)
-
-
-METHODS = MethodRegistry(BUILT_IN)
+METHODS = MethodRegistry()
 
 
 def register_method(spec: MethodSpec) -> None:
@@ -265,6 +201,7 @@ def register_method(spec: MethodSpec) -> None:
 
 
 def get_method(name: str) -> MethodSpec:
+    """The method a recipe names; KeyError listing the registered methods when there is none of that name."""
     if name not in METHODS:
         raise KeyError(f"unknown method '{name}'. Choose one of: {', '.join(sorted(METHODS))}.")
     return METHODS[name]

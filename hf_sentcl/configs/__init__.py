@@ -1,17 +1,11 @@
-"""Recipe dataclasses: model, data, and one TrainingArguments subclass per method."""
+"""Recipe dataclasses: model, data, and the training arguments every method's config extends (a method's own config
+is in its folder, `hf_sentcl.methods`)."""
 
 from hf_sentcl.configs.arguments import SentCLTrainingArguments
-from hf_sentcl.configs.clear import CLEARConfig
 from hf_sentcl.configs.inputs import DataArguments, ModelArguments
-from hf_sentcl.configs.self_guided import SelfGuidedConfig
-from hf_sentcl.configs.simcse import SimCSEConfig, SupervisedSimCSEConfig
 
 __all__ = [
-    "CLEARConfig",
     "DataArguments",
     "ModelArguments",
-    "SelfGuidedConfig",
     "SentCLTrainingArguments",
-    "SimCSEConfig",
-    "SupervisedSimCSEConfig",
 ]

@@ -4,7 +4,7 @@ from hf_sentcl.losses.info_nce import cosine_logits, info_nce
 from hf_sentcl.losses.margin import margin_cross_entropy, margin_info_nce, parse_perturbation
 from hf_sentcl.losses.nt_xent import nt_xent, nt_xent_similarities
 from hf_sentcl.losses.pair_classification import pair_classification_loss, pair_features
-from hf_sentcl.losses.self_guided import parameter_distance, sg_loss, sg_opt1_loss, sg_opt2_loss, sg_opt_loss
+from hf_sentcl.losses.parameter_distance import parameter_distance
 
 __all__ = [
     "cosine_logits",
@@ -17,8 +17,4 @@ __all__ = [
     "pair_features",
     "parameter_distance",
     "parse_perturbation",
-    "sg_loss",
-    "sg_opt1_loss",
-    "sg_opt2_loss",
-    "sg_opt_loss",
 ]

@@ -1,15 +1,9 @@
-"""One `Trainer` subclass per method (the registry of names is `hf_sentcl.registry`)."""
+"""`ContrastiveTrainer`, the `Trainer` subclass every method's trainer extends, and its plug-ins; a method's own
+trainer is in its folder (`hf_sentcl.methods`), found by name through `hf_sentcl.registry`."""
 
 from hf_sentcl.trainers.base import ContrastiveTrainer, ViewsOutput
-from hf_sentcl.trainers.clear import CLEARTrainer
-from hf_sentcl.trainers.self_guided import SelfGuidedTrainer
-from hf_sentcl.trainers.simcse import SimCSETrainer, SupervisedSimCSETrainer
 
 __all__ = [
-    "CLEARTrainer",
     "ContrastiveTrainer",
-    "SelfGuidedTrainer",
-    "SimCSETrainer",
-    "SupervisedSimCSETrainer",
     "ViewsOutput",
 ]

@@ -20,7 +20,7 @@ from hf_sentcl.augment.text import (
 )
 from hf_sentcl.augment.wordnet import WordNet
 from hf_sentcl.configs.choices import EMBEDDED_MODEL_ALIAS
-from hf_sentcl.data.clear import (
+from hf_sentcl.methods.clear.collator import (
     EXAMPLE_INDEX,
     CLEARCollator,
     WordNetSynonyms,

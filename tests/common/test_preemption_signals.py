@@ -14,7 +14,7 @@ from hf_sentcl.common.preemption import (
     stop_watching,
     watch_signals,
 )
-from hf_sentcl.configs.simcse import SimCSEConfig
+from hf_sentcl.methods.simcse.config import SimCSEConfig
 
 
 @pytest.fixture

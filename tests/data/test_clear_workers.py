@@ -12,8 +12,8 @@ from torch.utils.data import DataLoader
 from transformers import AutoTokenizer
 
 from hf_sentcl.augment.text import SentenceAugmenter
-from hf_sentcl.data.clear import EXAMPLE_INDEX, CLEARCollator, WordSegmenter, add_delete_token
 from hf_sentcl.data.corpus import VIEW_PREFIX
+from hf_sentcl.methods.clear.collator import EXAMPLE_INDEX, CLEARCollator, WordSegmenter, add_delete_token
 
 
 def collator_and_features(tiny_bert_dir, n=16):

@@ -90,9 +90,9 @@ def test_trainer_logs_alignment_and_uniformity_from_one_encode(tiny_bert_dir, tm
     from datasets import Dataset
 
     from hf_sentcl import SentenceEncoder
-    from hf_sentcl.configs import SimCSEConfig
     from hf_sentcl.data import ViewCollator, tokenize_views
-    from hf_sentcl.trainers import SimCSETrainer
+    from hf_sentcl.methods.simcse.config import SimCSEConfig
+    from hf_sentcl.methods.simcse.trainer import SimCSETrainer
 
     evaluator, _, _ = stsb_dev
     encoder = SentenceEncoder.from_backbone(str(tiny_bert_dir), pooling="mean")

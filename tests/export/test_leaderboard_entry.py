@@ -37,7 +37,7 @@ from hf_sentcl.modeling.backbone import resolve_model_name
 from hf_sentcl.recipe.metadata import non_default_settings, training_data_summary
 from hf_sentcl.recipe.parser import parse_recipe
 from hf_sentcl.recipe.plan import plan_run
-from hf_sentcl.registry import METHODS, PAPERS
+from hf_sentcl.registry import METHODS
 
 BASE = "sentence-transformers/all-MiniLM-L6-v2"
 SCORES = {task: 70.0 + i for i, task in enumerate(STS_TASKS)}
@@ -91,8 +91,8 @@ def assert_common(meta, minilm_export, base_meta):
     assert exported == plan.max_seq_length == meta.max_tokens == base_length
     assert SentenceTransformer(str(out), device="cpu").max_seq_length == 256
     assert meta.adapted_from == BASE
-    assert meta.citation == PAPERS["simcse"].bibtex
-    code = project_code_url() or PAPERS["simcse"].code  # hf_sentcl's repository once pyproject names it
+    assert meta.citation == METHODS["simcse"].paper.bibtex
+    code = project_code_url() or METHODS["simcse"].paper.code  # hf_sentcl's repository once pyproject names it
     assert code is not None and meta.public_training_code == code
 
 

@@ -19,7 +19,7 @@ from hf_sentcl.evaluation.sts import STS_TASKS
 from hf_sentcl.export.bundle import export_mteb_results, export_with_card
 from hf_sentcl.export.mteb_files import check_mteb_submission, rekey_mteb_results
 from hf_sentcl.export.mteb_meta import import_model_meta, parameter_count
-from hf_sentcl.registry import PAPERS
+from hf_sentcl.registry import METHODS
 
 SENTENCES = ["a man plays the guitar .", "the cat runs in the park .", "a girl eats food ."]
 TRAINING_CODE = "https://github.com/example/hf_sentcl"
@@ -60,7 +60,7 @@ def test_model_meta_module_imports_with_mteb_and_equals_the_json(exported):
     base = mteb.get_model_meta("sentence-transformers/all-MiniLM-L6-v2", fetch_from_hf=False)
     assert meta.training_datasets == {"STSBenchmark"} | base.get_training_datasets()  # its own data + its base's
     assert meta.adapted_from == "sentence-transformers/all-MiniLM-L6-v2"
-    assert meta.citation == PAPERS["simcse"].bibtex
+    assert meta.citation == METHODS["simcse"].paper.bibtex
     assert meta.framework == ["Sentence Transformers", "PyTorch"] and meta.languages == ["eng-Latn"]
     saved = json.loads((folder / "model_meta.json").read_text())
     assert saved["loader"] == "SentenceTransformerEncoderWrapper" and saved["embed_dim"] == 32  # mteb's to_dict

@@ -6,13 +6,14 @@ import math
 import pytest
 import torch
 
-from hf_sentcl.losses import info_nce, margin_info_nce, nt_xent, sg_opt1_loss, sg_opt_loss
+from hf_sentcl.losses import info_nce, margin_info_nce, nt_xent
 from hf_sentcl.losses.false_negatives import (
     false_negative_mask,
     info_nce_mask,
     nt_xent_mask,
     text_groups,
 )
+from hf_sentcl.methods.self_guided.loss import sg_opt1_loss, sg_opt_loss
 
 TAU = 0.1
 VOCAB: dict[str, int] = {}  # one word -> id map for every call, as one tokenizer

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from hf_sentcl.configs import SimCSEConfig, SupervisedSimCSEConfig
 from hf_sentcl.losses import info_nce, margin_cross_entropy, margin_info_nce, parse_perturbation
 from hf_sentcl.losses.margin import dynamic_margin
+from hf_sentcl.methods.simcse.config import SimCSEConfig, SupervisedSimCSEConfig
 
 ALL_SPECS = ["p+", "p-", "n+", "n-", "p+n-", "p-n+", "p-n-", "p+n+"]
 

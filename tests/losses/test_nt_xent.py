@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from hf_sentcl.losses import info_nce, nt_xent, nt_xent_similarities, sg_loss
+from hf_sentcl.losses import info_nce, nt_xent, nt_xent_similarities
+from hf_sentcl.methods.self_guided.loss import sg_loss
 
 
 def randn(*shape, seed=0):

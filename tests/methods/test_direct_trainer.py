@@ -8,10 +8,10 @@ import torch
 from datasets import Dataset
 from helpers import random_sentences
 
-from hf_sentcl.configs import SimCSEConfig
 from hf_sentcl.methods.angle.config import AnglEConfig
 from hf_sentcl.methods.angle.trainer import AnglETrainer
-from hf_sentcl.trainers import SimCSETrainer
+from hf_sentcl.methods.simcse.config import SimCSEConfig
+from hf_sentcl.methods.simcse.trainer import SimCSETrainer
 
 
 def settings(tmp_path, **more):

@@ -11,13 +11,14 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from helpers import random_sentences, write_yaml_recipe
 from safetensors.torch import load_file
 
 import hf_sentcl.methods
-from hf_sentcl.registry import BUILT_IN, METHODS, MethodRegistry
+from hf_sentcl.registry import METHODS, MethodRegistry, MethodSpec, folder_methods
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -91,9 +92,19 @@ def test_every_method_folder_is_registered():
     folders = [m.name for m in pkgutil.iter_modules(hf_sentcl.methods.__path__)]
     assert "angle" in folders
     for name in folders:
-        spec = importlib.import_module(f"hf_sentcl.methods.{name}").METHOD
-        assert METHODS[spec.name] is spec
-        assert spec.config_class and spec.trainer_class  # the lazy paths resolve
+        for spec in folder_methods(importlib.import_module(f"hf_sentcl.methods.{name}")):
+            assert METHODS[spec.name] is spec
+            assert spec.config_class and spec.trainer_class  # the lazy paths resolve
+
+
+def test_a_folder_declares_one_method_or_a_tuple_of_them():
+    one = MethodSpec(name="one", config_path="a.b", trainer_path="a.c", text_columns=("text",), summary="s")
+    two = MethodSpec(name="two", config_path="a.b", trainer_path="a.d", text_columns=("text",), summary="s")
+    assert folder_methods(SimpleNamespace(METHOD=one)) == (one,)
+    assert folder_methods(SimpleNamespace(METHODS=[one, two])) == (one, two)
+    simcse = importlib.import_module("hf_sentcl.methods.simcse")
+    assert [spec.name for spec in folder_methods(simcse)] == ["simcse", "simcse_sup"]
+    assert METHODS["simcse"].paper is METHODS["simcse_sup"].paper is simcse.PAPER
 
 
 def test_an_installed_package_adds_a_method_that_trains(tmp_path, tiny_bert_dir, senteval_dir):
@@ -137,7 +148,7 @@ def test_a_broken_entry_point_is_skipped_with_a_warning_naming_it(tmp_path, monk
         "METHOD = MethodSpec(name='other', config_path='a.b', trainer_path='a.c', text_columns=('text',), "
         "summary='s')\n"}), tmp_path / "site")
     monkeypatch.syspath_prepend(str(site))
-    registry = MethodRegistry(BUILT_IN)
+    registry = MethodRegistry()
     with pytest.warns(UserWarning, match=rf"method entry point 'broken = {value}' of sentcl-broken is skipped") as w:
         names = set(registry)
     assert problem in str(w[0].message)
@@ -150,9 +161,9 @@ def test_a_plug_in_may_not_take_a_built_in_name(tmp_path, monkeypatch):
         "METHOD = MethodSpec(name='simcse', config_path='a.b', trainer_path='a.c', text_columns=('text',), "
         "summary='s')\n"}), tmp_path / "site")
     monkeypatch.syspath_prepend(str(site))
-    registry = MethodRegistry(BUILT_IN)
+    registry = MethodRegistry()
     with pytest.warns(UserWarning, match="method 'simcse' is already registered"):
-        assert registry["simcse"].config_path == "hf_sentcl.configs.simcse.SimCSEConfig"
+        assert registry["simcse"].config_path == "hf_sentcl.methods.simcse.config.SimCSEConfig"
 
 
 

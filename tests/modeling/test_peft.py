@@ -18,10 +18,13 @@ from transformers import AutoModel
 from hf_sentcl import SentenceEncoder
 from hf_sentcl.cli.export import main as export_main
 from hf_sentcl.cli.train import main as run_main
-from hf_sentcl.configs import SelfGuidedConfig, SimCSEConfig
 from hf_sentcl.configs.lora import check_lora_settings
 from hf_sentcl.data import ViewCollator, tokenize_views
 from hf_sentcl.export.writer import export_encoder
+from hf_sentcl.methods.self_guided.config import SelfGuidedConfig
+from hf_sentcl.methods.self_guided.trainer import SelfGuidedTrainer
+from hf_sentcl.methods.simcse.config import SimCSEConfig
+from hf_sentcl.methods.simcse.trainer import SimCSETrainer
 from hf_sentcl.modeling.peft import (
     lora_delta_squared_norm,
     merge_adapters,
@@ -31,7 +34,6 @@ from hf_sentcl.modeling.peft import (
 )
 from hf_sentcl.recipe.checks import validate_recipe
 from hf_sentcl.recipe.parser import RecipeError, parse_recipe
-from hf_sentcl.trainers import SelfGuidedTrainer, SimCSETrainer
 
 LORA = {"r": 4, "lora_alpha": 8}
 SENTENCES = random_sentences(6, seed=11)

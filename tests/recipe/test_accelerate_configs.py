@@ -11,9 +11,9 @@ from accelerate.commands.launch import _validate_launch_command, launch_command_
 from accelerate.utils import DeepSpeedPlugin, DistributedType, FullyShardedDataParallelPlugin
 from accelerate.utils.launch import prepare_deepspeed_cmd_env, prepare_multi_gpu_env, prepare_simple_launcher_cmd_env
 
-from hf_sentcl.configs import SimCSEConfig
 from hf_sentcl.configs.arguments import per_device_batch_size
 from hf_sentcl.configs.precision import LAUNCHER_PRECISION_ENV
+from hf_sentcl.methods.simcse.config import SimCSEConfig
 from hf_sentcl.recipe.checks import validate_recipe
 from hf_sentcl.recipe.parser import RecipeError, parse_recipe
 

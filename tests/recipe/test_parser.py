@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from hf_sentcl.configs import DataArguments, ModelArguments, SimCSEConfig, SupervisedSimCSEConfig
+from hf_sentcl.configs import DataArguments, ModelArguments
+from hf_sentcl.methods.simcse.config import SimCSEConfig, SupervisedSimCSEConfig
 from hf_sentcl.recipe.parser import RecipeError, parse_recipe
 from hf_sentcl.registry import METHODS
 

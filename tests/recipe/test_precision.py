@@ -11,9 +11,9 @@ import torch
 from helpers import DtypeProbe, build_trainer
 
 from hf_sentcl.common import hardware as P
-from hf_sentcl.configs import SimCSEConfig
 from hf_sentcl.configs.inputs import DataArguments
 from hf_sentcl.configs.precision import eval_mixed_precision
+from hf_sentcl.methods.simcse.config import SimCSEConfig
 from hf_sentcl.recipe.metadata import precision_summary
 from hf_sentcl.recipe.parser import parse_recipe
 

@@ -13,8 +13,8 @@ from helpers import random_sentences
 from hf_sentcl.cli.evaluate import main as evaluate_main
 from hf_sentcl.cli.train import main
 from hf_sentcl.evaluation.report import write_results
+from hf_sentcl.methods.simcse.trainer import SimCSETrainer
 from hf_sentcl.modeling.health import TrainingFailure, check_final_model, check_finite_loss
-from hf_sentcl.trainers.simcse import SimCSETrainer
 
 
 def write_recipe(path, **values):

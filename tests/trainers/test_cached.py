@@ -13,10 +13,12 @@ from datasets import Dataset
 from helpers import assert_same, build_tiny_bert, gradients, random_sentences, reference_step, step
 
 from hf_sentcl import SentenceEncoder
-from hf_sentcl.configs import SelfGuidedConfig, SimCSEConfig, SupervisedSimCSEConfig
 from hf_sentcl.data import ViewCollator, tokenize_views
+from hf_sentcl.methods.self_guided.config import SelfGuidedConfig
+from hf_sentcl.methods.self_guided.trainer import SelfGuidedTrainer
+from hf_sentcl.methods.simcse.config import SimCSEConfig, SupervisedSimCSEConfig
+from hf_sentcl.methods.simcse.trainer import SimCSETrainer, SupervisedSimCSETrainer
 from hf_sentcl.modeling.compiled import CompiledTrainingLayer, transformer_layers, uncompile_layers
-from hf_sentcl.trainers import SelfGuidedTrainer, SimCSETrainer, SupervisedSimCSETrainer
 from hf_sentcl.trainers.base import ViewsOutput
 from hf_sentcl.trainers.cached import RandomState, split_batch
 

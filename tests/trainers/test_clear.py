@@ -17,19 +17,19 @@ from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, Trainer
 from hf_sentcl import SentenceEncoder
 from hf_sentcl.augment.wordnet import WordNetError
 from hf_sentcl.cli import train as train_cli
-from hf_sentcl.configs import CLEARConfig
 from hf_sentcl.data import ViewCollator, tokenize_views
-from hf_sentcl.data.clear import DELETE_TOKEN, EXAMPLE_INDEX, CLEARCollator
 from hf_sentcl.export.writer import export_encoder
 from hf_sentcl.losses import nt_xent
-from hf_sentcl.pipeline import train as run_module
-from hf_sentcl.trainers import CLEARTrainer
-from hf_sentcl.trainers.clear import (
+from hf_sentcl.methods.clear.collator import DELETE_TOKEN, EXAMPLE_INDEX, CLEARCollator
+from hf_sentcl.methods.clear.config import CLEARConfig
+from hf_sentcl.methods.clear.trainer import (
     HEADS_FILE,
     HEADS_NAME,
+    CLEARTrainer,
     CollatorEpoch,
     masked_lm_loss,
 )
+from hf_sentcl.pipeline import train as run_module
 from hf_sentcl.trainers.heads import refuse_sharded_weights
 
 

@@ -12,8 +12,8 @@ import torch.multiprocessing as mp
 from hf_sentcl.common.distributed import gather_with_grad, mean_over_processes, world_size
 from hf_sentcl.losses import info_nce
 from hf_sentcl.losses.false_negatives import GuideMargin
+from hf_sentcl.methods.simcse.trainer import SupervisedSimCSETrainer
 from hf_sentcl.trainers.base import ContrastiveTrainer, scale_gradient
-from hf_sentcl.trainers.simcse import SupervisedSimCSETrainer
 
 pytestmark = pytest.mark.slow  # every test here starts a process group
 

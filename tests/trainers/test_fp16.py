@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from helpers import METHOD_SETTINGS, DtypeProbe, build_trainer
 
-from hf_sentcl.trainers import SimCSETrainer
+from hf_sentcl.methods.simcse.trainer import SimCSETrainer
 
 
 @pytest.mark.slow

@@ -10,10 +10,12 @@ from helpers import random_sentences
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 from hf_sentcl import SentenceEncoder
-from hf_sentcl.configs import SelfGuidedConfig, SimCSEConfig, SupervisedSimCSEConfig
 from hf_sentcl.data import ViewCollator, tokenize_views
+from hf_sentcl.methods.self_guided.config import SelfGuidedConfig
+from hf_sentcl.methods.self_guided.trainer import SelfGuidedTrainer
+from hf_sentcl.methods.simcse.config import SimCSEConfig, SupervisedSimCSEConfig
+from hf_sentcl.methods.simcse.trainer import SimCSETrainer, SupervisedSimCSETrainer
 from hf_sentcl.recipe.parser import parse_recipe
-from hf_sentcl.trainers import SelfGuidedTrainer, SimCSETrainer, SupervisedSimCSETrainer
 
 METHODS = {
     "simcse": (SimCSEConfig, SimCSETrainer, ("text",), dict(head="mlp"), {}),

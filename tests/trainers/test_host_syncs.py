@@ -19,8 +19,8 @@ import pytest
 import torch
 from helpers import METHOD_SETTINGS, build_trainer
 
+from hf_sentcl.methods.simcse.trainer import SimCSETrainer
 from hf_sentcl.modeling.health import TrainingFailure
-from hf_sentcl.trainers import SimCSETrainer
 
 #: Tensor methods that read a value on the host (or copy to it)
 HOST_READS = ("item", "tolist", "__bool__", "__float__", "__int__", "cpu", "numpy")

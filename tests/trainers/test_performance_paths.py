@@ -18,12 +18,13 @@ from transformers import AutoTokenizer
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
 from hf_sentcl import SentenceEncoder
-from hf_sentcl.configs import DataArguments, SimCSEConfig, SupervisedSimCSEConfig
+from hf_sentcl.configs import DataArguments
 from hf_sentcl.data import ViewCollator, add_length_column, load_training_dataset, tokenize_views
 from hf_sentcl.data.collators import pad_token_ids
+from hf_sentcl.methods.simcse.config import SimCSEConfig, SupervisedSimCSEConfig
+from hf_sentcl.methods.simcse.trainer import SimCSETrainer, SupervisedSimCSETrainer
 from hf_sentcl.pipeline.build import build_train_dataset
 from hf_sentcl.recipe.parser import RecipeError, parse_recipe
-from hf_sentcl.trainers import SimCSETrainer, SupervisedSimCSETrainer
 from hf_sentcl.trainers.length_buckets import forward_in_length_buckets
 
 

@@ -13,12 +13,18 @@ from torch import nn
 from transformers import EarlyStoppingCallback
 
 from hf_sentcl import SentenceEncoder
-from hf_sentcl.configs import SelfGuidedConfig
 from hf_sentcl.data import ViewCollator, tokenize_views
-from hf_sentcl.losses import info_nce, parameter_distance, sg_loss, sg_opt1_loss, sg_opt2_loss, sg_opt_loss
+from hf_sentcl.losses import info_nce, parameter_distance
+from hf_sentcl.methods.self_guided.config import SelfGuidedConfig
+from hf_sentcl.methods.self_guided.loss import sg_loss, sg_opt1_loss, sg_opt2_loss, sg_opt_loss
+from hf_sentcl.methods.self_guided.trainer import (
+    HEAD_FILE,
+    HEAD_NAME,
+    SelfGuidedTrainer,
+    pool_views,
+    resolve_view_layers,
+)
 from hf_sentcl.recipe.parser import parse_recipe
-from hf_sentcl.trainers import SelfGuidedTrainer
-from hf_sentcl.trainers.self_guided import HEAD_FILE, HEAD_NAME, pool_views, resolve_view_layers
 
 
 # ------------------------------------------------------------------------------------------ loop references
@@ -403,7 +409,7 @@ def test_recipes_carry_the_paper_settings(repo_root, monkeypatch, name):
 def test_parameter_distance_gradcheck_and_keeps_no_differences():
     """The regularizer's custom backward passes gradcheck in float64 and keeps only the parameters themselves
     (no per-parameter difference tensors) for backward."""
-    from hf_sentcl.losses.self_guided import _SquaredDistance
+    from hf_sentcl.losses.parameter_distance import _SquaredDistance
 
     tuned = [randn(3, 4, seed=30).double().requires_grad_(), randn(2, seed=31).double().requires_grad_()]
     frozen = [randn(3, 4, seed=32).double(), randn(2, seed=33).double()]

@@ -8,11 +8,12 @@ from datasets import Dataset
 from helpers import random_sentences
 
 from hf_sentcl import SentenceEncoder
-from hf_sentcl.configs import DataArguments, SimCSEConfig, SupervisedSimCSEConfig
+from hf_sentcl.configs import DataArguments
 from hf_sentcl.data import ViewCollator, load_training_dataset, tokenize_views
 from hf_sentcl.evaluation.sts import STSEvaluator
 from hf_sentcl.losses import info_nce
-from hf_sentcl.trainers import SimCSETrainer, SupervisedSimCSETrainer
+from hf_sentcl.methods.simcse.config import SimCSEConfig, SupervisedSimCSEConfig
+from hf_sentcl.methods.simcse.trainer import SimCSETrainer, SupervisedSimCSETrainer
 
 TRIPLET_COLUMNS = ("sent0", "sent1", "hard_neg")
 

@@ -8,7 +8,7 @@ model so it is neither optimised nor saved) and freezes BERT_T's embedding layer
 2. one `torch.no_grad` forward of BERT_F gives every hidden state; pooling p (max or mean over real tokens) of each
    chosen layer k gives the views h_{i,k};
 3. SG and the ablations sample one view per sentence uniformly (sigma); SG-OPT keeps them all;
-4. both go through the projection head f, then the objective's loss (`hf_sentcl.losses.self_guided`);
+4. both go through the projection head f, then the objective's loss (`loss.py` of this folder);
 5. loss = contrastive + lambda * sum ||theta_T - theta_F||^2.
 
 Where the projection head lives: f is registered as a submodule (`self_guided_head`) of the encoder, so the
@@ -34,8 +34,8 @@ from torch import nn
 from transformers import EarlyStoppingCallback
 
 from hf_sentcl.common.distributed import gather_with_grad, world_size
-from hf_sentcl.losses import sg_loss, sg_opt1_loss, sg_opt2_loss, sg_opt_loss
 from hf_sentcl.losses.false_negatives import false_negative_mask, info_nce_mask, nt_xent_mask
+from hf_sentcl.methods.self_guided.loss import sg_loss, sg_opt1_loss, sg_opt2_loss, sg_opt_loss
 from hf_sentcl.modeling.backbone_forward import run_backbone
 from hf_sentcl.modeling.heads import ProjectionHead
 from hf_sentcl.modeling.peft import frozen_base_copy, is_peft_model, weight_distance

@@ -9,8 +9,8 @@
   the 2N views as Eq. 2 writes it (`cl_reduction: sum`, so against the token-averaged L_MLM it weighs 2N times its
   mean; N the global batch) or averaged (`cl_reduction: mean`).
 
-Augmentation happens in the data pipeline (`hf_sentcl.data.clear.CLEARCollator`, seeded per example, view and
-epoch); [DEL] is added to the tokenizer and the embeddings are resized when the augmentation deletes.
+Augmentation happens in the data pipeline (`CLEARCollator` in this folder's `collator.py`, seeded per example, view
+and epoch); [DEL] is added to the tokenizer and the embeddings are resized when the augmentation deletes.
 
 One forward pass per step: the masked original and both views of every sentence are stacked into one batch of
 3N sequences. This is exactly equivalent to separate passes: a transformer encodes each sequence independently
@@ -42,9 +42,9 @@ from datasets import Dataset
 from torch import nn
 from transformers import AutoModel, AutoModelForMaskedLM, PreTrainedModel, TrainerCallback
 
-from hf_sentcl.data.clear import CLEARCollator, with_example_index
 from hf_sentcl.losses import nt_xent
 from hf_sentcl.losses.false_negatives import nt_xent_mask
+from hf_sentcl.methods.clear.collator import CLEARCollator, with_example_index
 from hf_sentcl.trainers.base import ContrastiveTrainer, ViewsOutput, stack_views
 from hf_sentcl.trainers.heads import (
     TrainingHeadsMixin,
