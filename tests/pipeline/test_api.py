@@ -38,3 +38,19 @@ def test_train_from_a_recipe_file_with_settings_over_it(tmp_path, tiny_bert_dir,
     assert results["train"]["global_step"] == 2 and results["method"] == "simcse"
     with pytest.raises(RecipeError, match="learnig_rate"):
         hf_sentcl.train(recipe, learnig_rate=1e-3, output_dir=str(tmp_path / "typo"))
+
+
+def test_a_plan_is_read_then_trained(tmp_path, tiny_bert_dir, senteval_dir):
+    """`hf_sentcl.plan` checks the run and says what it will do before any model loads; `train(plan)` trains that."""
+    recipe = tiny_simcse_recipe(tmp_path, tiny_bert_dir, senteval_dir)
+    run = hf_sentcl.plan(recipe, max_steps=2, save_steps=2, eval_steps=2, output_dir=str(tmp_path / "out"))
+    assert [stage.number for stage in run.stages] == [1] and run.stages[0].train_data is None
+    assert run.text_sources == ("train_file",) and run.resume_from is None
+    assert run.negatives_batch == run.recipe.training.per_device_train_batch_size
+    assert run.data_dir == senteval_dir and run.train_precision == "fp32"
+    with pytest.raises(TypeError, match="takes no settings"):
+        hf_sentcl.train(run, max_steps=3)
+    results = hf_sentcl.train(run)
+    assert results["train"]["global_step"] == 2 and results["method"] == "simcse"
+    with pytest.raises(RecipeError, match="max_seq_length"):
+        hf_sentcl.plan(recipe, max_seq_length=2, output_dir=str(tmp_path / "short"))
