@@ -21,6 +21,7 @@ class Pooling(str, enum.Enum):
     MAX = "max"
     FIRST_LAST_AVG = "first_last_avg"  # mean over tokens of (first transformer layer + last layer) / 2
     LAST2_AVG = "last2_avg"  # mean over tokens of (second-to-last layer + last layer) / 2
+    PROMPT = "prompt"  # the last layer's state at the [MASK] of the encoder's prompt template (modeling/prompt.py)
 
     @property
     def averaged_state(self) -> int | None:
@@ -29,7 +30,10 @@ class Pooling(str, enum.Enum):
 
     @property
     def token_pooling(self) -> str:
-        """How token states are reduced, as sentence-transformers' `Pooling` module names it: cls, mean or max."""
+        """How token states are reduced, as sentence-transformers' `Pooling` module names it: cls, mean or max
+        (`prompt` for the [MASK] state, which sentence-transformers has no module for)."""
+        if self is Pooling.PROMPT:
+            return "prompt"
         if self in (Pooling.CLS, Pooling.CLS_BEFORE_POOLER):
             return "cls"
         return "max" if self is Pooling.MAX else "mean"
@@ -70,6 +74,8 @@ def pool(
     `cls_before_pooler` both take the first token here; whether a head follows is the encoder's business.
     """
     mode = pooling_mode(mode)
+    if mode is Pooling.PROMPT:
+        raise ValueError("prompt pooling reads the [MASK] position of the token ids: use prompt.mask_states.")
     if mode.averaged_state is not None:
         return masked_mean((hidden_states[mode.averaged_state] + hidden_states[-1]) / 2, attention_mask)
     states = hidden_states[layer]
