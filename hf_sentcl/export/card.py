@@ -243,7 +243,7 @@ def render_model_card(
         parallelism=parallelism_summary(results["parallelism"]) if results.get("parallelism") else None,
         versions=results.get("versions") or library_versions(),
         transformers_snippet=transformers_snippet(plan, model_id),
-        st_snippet=sentence_transformers_snippet(model_id),
+        st_snippet=sentence_transformers_snippet(model_id) if plan.sentence_transformers else None,
         citations=citations(method, settings),
         matryoshka_dims=truncate_dims, matryoshka_table=truncate_table,
         mteb_evaluated=mteb_evaluated_section(results.get("mteb_evaluated")),
