@@ -299,7 +299,8 @@ class SentenceEncoder(PreTrainedModel):
         hidden_states = outputs.hidden_states if want_all else (outputs.last_hidden_state,)
         layer = self.config.pooling_layer if want_all else -1
         if pooling == Pooling.PROMPT:  # the [MASK] state (the ids carry the template: `tokenize`)
-            embeddings = mask_states(hidden_states[layer], input_ids, self.config.prompt_mask_token_id)
+            embeddings = mask_states(hidden_states[layer], input_ids, self.config.prompt_mask_token_id,
+                                     check=not self.training)
         else:
             embeddings = pool(hidden_states, attention_mask, pooling, layer)
         if self.head_active(pooling):

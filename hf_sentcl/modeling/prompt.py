@@ -107,10 +107,11 @@ def wrap_ids(
     ids: torch.Tensor, attention_mask: torch.Tensor, parts: TemplateTokens, special_ids: torch.Tensor, pad_id: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Re-write a tokenised batch ((rows, L), e.g. [CLS] x [SEP] pad) into the template: (ids, attention mask,
-    sentence lengths n), right-padded with `pad_id`. The sentence's tokens keep their order."""
+    sentence lengths n), right-padded with `pad_id` to len(parts) + L columns (a bound known from the shape, so
+    nothing is read on the host: no sync on a GPU). The sentence's tokens keep their order."""
     keep = sentence_tokens(ids, attention_mask, special_ids)
     lengths = keep.sum(dim=1)
-    width = len(parts) + int(lengths.max()) if len(ids) else len(parts)
+    width = len(parts) + ids.shape[1]
     out = torch.full((len(ids), width + 1), pad_id, dtype=ids.dtype, device=ids.device)
     prefix = torch.tensor(parts.prefix, dtype=ids.dtype, device=ids.device)
     suffix = torch.tensor(parts.suffix, dtype=ids.dtype, device=ids.device)
@@ -137,13 +138,14 @@ def template_only(
     return ids, positions
 
 
-def mask_states(states: torch.Tensor, input_ids: torch.Tensor, mask_token_id: int) -> torch.Tensor:
-    """(rows, d): each row's state at its first `mask_token_id` token; ValueError for a row without one."""
+def mask_states(states: torch.Tensor, input_ids: torch.Tensor, mask_token_id: int, check: bool = True) -> torch.Tensor:
+    """(rows, d): each row's state at its first `mask_token_id` token; with `check`, ValueError for a row without one
+    (a host read: the training step, whose rows the trainer templated itself, passes False)."""
     if mask_token_id is None:
         raise ValueError("pooling 'prompt' needs a prompt template: the encoder has none (SentenceEncoder.use_prompt; "
                          "method promptbert sets it from its 'template' key).")
     is_mask = input_ids == mask_token_id
-    if not bool(is_mask.any(dim=1).all()):
+    if check and not bool(is_mask.any(dim=1).all()):
         raise ValueError(
             "prompt pooling: an input row has no mask token; the sentences must be written into the encoder's "
             "prompt template (SentenceEncoder.encode does this)."
