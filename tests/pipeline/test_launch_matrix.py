@@ -43,6 +43,7 @@ METHODS = {
     "byop": ("byop_bert.yaml", "text"),
     "angle": ("angle_bert.yaml", "sts"),  # sts_train: stsb, from the data directory (scores gathered with the views)
     "esimcse": ("esimcse_bert.yaml", "text"),
+    "promptbert": ("promptbert_bert.yaml", "text"),
 }
 CONFIGS = ("multi_cpu.yaml", "deepspeed_zero2.yaml", "deepspeed_zero3.yaml", "fsdp.yaml")
 STRATEGY = {"multi_cpu.yaml": "DDP", "deepspeed_zero2.yaml": "DeepSpeed ZeRO-2",
