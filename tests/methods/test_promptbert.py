@@ -181,6 +181,7 @@ def test_export_loads_with_automodel_and_the_card_code_reproduces_encode(tiny_be
     close(scope["embed"](SENTENCES), encoder.encode(SENTENCES, convert_to_numpy=False))
     card = write_model_card(out, plan, {}).read_text()
     assert BERT_TEMPLATE in card and "SentenceTransformer(" not in card and "no sentence-transformers files" in card
+    assert "library_name: transformers" in card and "tags:\n- feature-extraction" in card
     export_encoder(encoder, out, overwrite=True)  # an earlier prompt export (no modules.json) may be replaced
 
 
