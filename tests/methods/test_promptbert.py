@@ -16,6 +16,7 @@ from transformers import AutoModel, AutoTokenizer
 
 from hf_sentcl import SentenceEncoder
 from hf_sentcl.data import ViewCollator, tokenize_views
+from hf_sentcl.export.bundle import export_mteb_results
 from hf_sentcl.export.card import write_model_card
 from hf_sentcl.export.snippets import transformers_snippet
 from hf_sentcl.export.writer import export_encoder
@@ -183,6 +184,9 @@ def test_export_loads_with_automodel_and_the_card_code_reproduces_encode(tiny_be
     assert BERT_TEMPLATE in card and "SentenceTransformer(" not in card and "no sentence-transformers files" in card
     assert "library_name: transformers" in card and "tags:\n- feature-extraction" in card
     export_encoder(encoder, out, overwrite=True)  # an earlier prompt export (no modules.json) may be replaced
+    scores = {"mteb_sts": {"STS12": 50.0, "STSBenchmark": 60.0}}  # their ModelMeta would load it with ST: none
+    assert export_mteb_results(tmp_path / "mteb", scores, out, plan, None) is None
+    assert not (tmp_path / "mteb").exists()
 
 
 # ---------------------------------------------------------------------------------------------- plug-ins
