@@ -231,6 +231,7 @@ def promptbert_recipe(tmp_path, model_dir, senteval_dir, **values):
 @pytest.mark.parametrize("values, message", [
     ({"pooling": "cls"}, "pooling: method promptbert embeds with the \\[MASK\\] state"),
     ({"head": "mlp"}, "head: method promptbert trains the plain \\[MASK\\] state"),
+    ({"inference_pooling": "mean"}, "inference_pooling: method promptbert evaluates and saves the \\[MASK\\] state"),
     ({"length_buckets": 2}, "length_buckets: PromptBERTTrainer encodes its views in its own way"),
     ({"template": "'no slots here'"}, "key 'template'"),
 ])

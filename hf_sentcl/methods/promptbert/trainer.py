@@ -56,13 +56,17 @@ class PromptBERTTrainer(ContrastiveTrainer):
     @classmethod
     def check_plugins(cls, args, model_settings) -> None:
         """Refuse, before any weights load, what PromptBERT cannot honour: a pooling other than `prompt` (the vector is
-        the [MASK] state), a head (denoising subtracts [MASK] states, which a head inside the encoder's forward would
-        have transformed first), and a recipe's tokenizer without a mask token."""
+        the [MASK] state, in training and at inference), a head (denoising subtracts [MASK] states, which a head inside
+        the encoder's forward would have transformed first), and a recipe's tokenizer without a mask token."""
         pooling = getattr(model_settings, "pooling", "prompt")
         if pooling != "prompt":
             raise ValueError(
                 f"pooling: method promptbert embeds with the [MASK] state of its template; set 'pooling: prompt' "
                 f"(got '{pooling}')."
+            )
+        if getattr(model_settings, "inference_pooling", None) not in (None, "prompt"):
+            raise ValueError(
+                "inference_pooling: method promptbert evaluates and saves the [MASK] state it trains; remove the key."
             )
         if getattr(model_settings, "head", "none") != "none":
             raise ValueError(
