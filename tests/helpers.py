@@ -462,6 +462,7 @@ METHOD_VARIANTS = {
     "angle": dict(method="angle", cosine_weight=0.5, angle_weight=0.3),  # every term on
     "esimcse": dict(method="esimcse", queue_size=16),  # the queue fills within the test's steps
     "esimcse_cached": dict(method="esimcse", queue_size=16, mini_batch_size=3),
+    "promptbert": dict(method="promptbert", pooling="prompt", head="none"),  # the [MASK] state, no head (required)
 }
 METHOD_SETTINGS = {**METHOD_VARIANTS, **{name: dict(method=name) for name in METHODS
                                          if name not in {v["method"] for v in METHOD_VARIANTS.values()}}}

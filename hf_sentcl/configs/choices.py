@@ -31,6 +31,7 @@ class Pooling(str, enum.Enum):
     MAX = "max"
     FIRST_LAST_AVG = "first_last_avg"  # mean over tokens of (first transformer layer + last layer) / 2
     LAST2_AVG = "last2_avg"  # mean over tokens of (second-to-last layer + last layer) / 2
+    PROMPT = "prompt"  # the last layer's state at the [MASK] of the encoder's prompt template (modeling/prompt.py)
 
     @property
     def averaged_state(self) -> int | None:
@@ -39,7 +40,10 @@ class Pooling(str, enum.Enum):
 
     @property
     def token_pooling(self) -> str:
-        """How token states are reduced, as sentence-transformers' `Pooling` module names it: cls, mean or max."""
+        """How token states are reduced, as sentence-transformers' `Pooling` module names it: cls, mean or max
+        (`prompt` for the [MASK] state, which sentence-transformers has no module for)."""
+        if self is Pooling.PROMPT:
+            return "prompt"
         if self in (Pooling.CLS, Pooling.CLS_BEFORE_POOLER):
             return "cls"
         return "max" if self is Pooling.MAX else "mean"

@@ -62,7 +62,7 @@ def export_mteb_results(
     training_code: str | None = None,
 ) -> Path | None:
     """Write the results' MTEB-protocol scores as MTEB result files under `root`, with the ModelMeta module for
-    mteb's registry; None when there are none.
+    mteb's registry; None when there are none, or when the export has no sentence-transformers files (prompt pooling).
 
     From `results` (and, for a model trained from another hf_sentcl export, that export's own results:
     `training_lineage`): the Matryoshka sizes, the base model (`adapted_from`), the MTEB datasets among the training
@@ -71,6 +71,10 @@ def export_mteb_results(
     URL (`training_code_url`). `max_tokens` is the export's `max_seq_length` (`plan`)."""
     scores = MtebScores.from_results(results)
     if scores is None:
+        return None
+    if not plan.sentence_transformers:  # mteb's ModelMeta would load it with sentence-transformers: other vectors
+        logger.warning("No MTEB result files: their ModelMeta loads the model with sentence-transformers, which "
+                       "cannot embed through the prompt template %r.", plan.prompt_template)
         return None
     dims, _table = matryoshka_table(results)  # the sizes the card reports the model was trained to be cut to
     method = results.get("method")

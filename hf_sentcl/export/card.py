@@ -159,24 +159,25 @@ def matryoshka_table(results: Mapping[str, Any]) -> tuple[list[int], str | None]
 # ------------------------------------------------------------------------------------------------ the card
 def build_card_data(
     results: Mapping[str, Any], model_name: str, license_id: str | None = None,
-    language: str | list[str] | None = None,
+    language: str | list[str] | None = None, sentence_transformers: bool = True,
 ) -> ModelCardData:
     """Front matter: library, pipeline tag, tags, license, language, base model, the datasets the run declared, the
-    sentence-similarity widget and the MTEB-protocol model-index."""
+    sentence-similarity widget and the MTEB-protocol model-index. An export without sentence-transformers files
+    (prompt pooling) is a transformers feature extractor, without the widget (the Hub's runs sentence-transformers)."""
     method = results.get("method")
     eval_results = mteb_eval_results(results.get("mteb_sts") or {}) or None
+    library = ["sentence-transformers", "sentence-similarity"] if sentence_transformers else []
     return ModelCardData(
-        library_name="sentence-transformers",
-        pipeline_tag="sentence-similarity",
-        tags=["sentence-transformers", "sentence-similarity", "feature-extraction", "mteb", "hf-sentcl"]
-        + ([method] if method else []),
+        library_name="sentence-transformers" if sentence_transformers else "transformers",
+        pipeline_tag="sentence-similarity" if sentence_transformers else "feature-extraction",
+        tags=[*library, "feature-extraction", "mteb", "hf-sentcl"] + ([method] if method else []),
         license=license_id,
         language=language,
         base_model=hub_model_id(results.get("model_name_or_path")),
         datasets=training_datasets(results),
         model_name=model_name if eval_results else None,
         eval_results=eval_results,
-        widget=widget(),
+        widget=widget() if sentence_transformers else None,
     )
 
 
@@ -212,7 +213,7 @@ def render_model_card(
     mteb_scores = results.get("mteb_sts")
     train = results.get("train") or {}
     history = train.get("dev_curve") or []
-    card_data = build_card_data(results, model_name, license_id, language)
+    card_data = build_card_data(results, model_name, license_id, language, plan.sentence_transformers)
     truncate_dims, truncate_table = matryoshka_table(results)
     return ModelCard.from_template(
         card_data,
@@ -243,7 +244,7 @@ def render_model_card(
         parallelism=parallelism_summary(results["parallelism"]) if results.get("parallelism") else None,
         versions=results.get("versions") or library_versions(),
         transformers_snippet=transformers_snippet(plan, model_id),
-        st_snippet=sentence_transformers_snippet(model_id),
+        st_snippet=sentence_transformers_snippet(model_id) if plan.sentence_transformers else None,
         citations=citations(method, settings),
         matryoshka_dims=truncate_dims, matryoshka_table=truncate_table,
         mteb_evaluated=mteb_evaluated_section(results.get("mteb_evaluated")),

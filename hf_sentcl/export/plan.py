@@ -38,6 +38,9 @@ class ExportPlan:
             base model's pipeline has one after pooling (`hf_sentcl.export.base_model.export_pipeline`).
         base_notes: sentences for the model card on where the export's pipeline differs from the base model's (a
             base module it cannot keep, another pooling); empty when it is a drop-in replacement.
+        prompt_template: with `prompt` pooling, the template sentences are written into (the vector is the [MASK]
+            state): sentence-transformers has no module for that, so such an export has no sentence-transformers
+            files (`sentence_transformers` is False) and its card shows the transformers code alone.
     """
 
     pooling: str
@@ -48,6 +51,12 @@ class ExportPlan:
     max_seq_length: int
     normalize: bool = False
     base_notes: tuple[str, ...] = ()
+    prompt_template: str | None = None
+
+    @property
+    def sentence_transformers(self) -> bool:
+        """Whether sentence-transformers can reproduce the vectors (not at a template's [MASK]: no such module)."""
+        return self.prompt_template is None
 
     @property
     def mode(self) -> Pooling:
@@ -96,7 +105,10 @@ class ExportPlan:
         """One sentence saying how a sentence vector is computed (for the model card)."""
         layer = "the last layer" if not self.truncated else f"hidden state {self.kept_layers}"
         averaged = {1: "the first and the last transformer layer", -2: "the last two transformer layers"}
-        if self.mode.averaged_state is not None:
+        if self.prompt_template is not None:
+            base = (f"the state of {layer} at the [MASK] token of the sentence written into the template "
+                    f"`{self.prompt_template}` ([X]: the sentence, [MASK]: the tokenizer's mask token)")
+        elif self.mode.averaged_state is not None:
             base = f"the mean over real tokens of the average of {averaged[self.mode.averaged_state]}"
         else:
             base = {
@@ -156,11 +168,16 @@ def plan_export(encoder: SentenceEncoder) -> ExportPlan:
             "head (Linear + tanh) can be exported to sentence-transformers. Set head_at_inference: false or add "
             "its export to hf_sentcl/export.py."
         )
+    if pooling is Pooling.PROMPT and head_used:
+        raise ExportError("An encoder with prompt pooling and a head at inference cannot be exported: set "
+                          "head_at_inference: false.")
     kept = layers if pooling.averaged_state is not None else config.pooling_layer % (layers + 1)
     fold = head_used and pooling is Pooling.CLS and has_tanh_pooler(encoder.backbone)
     base = base_pipeline(backbone_source(config.backbone_config))
     same_states = not head_used and kept == layers and pooling.averaged_state is None
     normalize, notes = export_pipeline(base, pooling.value, pooling.token_pooling, same_states)
+    prompt = config.prompt_template if pooling is Pooling.PROMPT else None
+    normalize = normalize and prompt is None  # no sentence-transformers pipeline to end in Normalize
     return ExportPlan(
         pooling=pooling.value,
         source_layers=layers,
@@ -170,6 +187,7 @@ def plan_export(encoder: SentenceEncoder) -> ExportPlan:
         max_seq_length=export_max_seq_length(encoder),
         normalize=normalize,
         base_notes=notes,
+        prompt_template=prompt,
     )
 
 

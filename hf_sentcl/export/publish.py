@@ -192,7 +192,7 @@ def publish_run(encoder, results: dict[str, Any], args, api: HubApi | None = Non
     the `hf-sentcl export` command that redoes it; a push error (after the retries of transient failures) the
     `hf-sentcl push` command that pushes the export again, and the export is intact."""
     try:
-        export_dir, _plan = export_run(encoder, results, args.output_dir, repo_id=args.hub_model_id,
+        export_dir, plan = export_run(encoder, results, args.output_dir, repo_id=args.hub_model_id,
                                        license_id=getattr(args, "license", None),
                                        language=card_language(getattr(args, "language", None)))
     except ExportError as err:
@@ -202,7 +202,8 @@ def publish_run(encoder, results: dict[str, Any], args, api: HubApi | None = Non
         message = export_write_failure(err, encoder, results, args)
         print(f"error: {message}", file=sys.stderr, flush=True)
         return {"export_error": message}
-    print(f"Exported for AutoModel and SentenceTransformer, with its model card: {export_dir}", flush=True)
+    loaders = "AutoModel and SentenceTransformer" if plan.sentence_transformers else "AutoModel (no ST files)"
+    print(f"Exported for {loaders}, with its model card: {export_dir}", flush=True)
     info: dict[str, Any] = {"path": str(export_dir)}
     if args.push_to_hub:
         mteb_results = Path(args.output_dir) / MTEB_RESULTS_DIRNAME

@@ -21,6 +21,8 @@ def transformers_snippet(plan: ExportPlan, model_id: str) -> str:
     The token reductions are the source of `hf_sentcl.modeling.pooling`'s own functions, and the states they read
     follow `pool` for the plan's mode (the export tests run this snippet against `SentenceEncoder.encode`).
     """
+    if plan.prompt_template is not None:
+        return _prompt_snippet(plan, model_id)
     reduce = _token_reduction(plan)
     lines = _loading_lines(plan, model_id)
     if reduce is not None:
@@ -34,6 +36,39 @@ def transformers_snippet(plan: ExportPlan, model_id: str) -> str:
         "print(torch.nn.functional.cosine_similarity(embeddings[:1], embeddings[1:]))",
     ]
     return "\n".join(lines)
+
+
+PROMPT_EMBED = """
+# the sentence goes between the template's tokens, with the tokenizer's special tokens ([CLS] ... [SEP]) around all
+before, after = TEMPLATE.replace("[MASK]", tokenizer.mask_token).split("[X]")
+inner, outer = tokenizer("a", add_special_tokens=False)["input_ids"], tokenizer("a")["input_ids"]
+start = next(i for i in range(len(outer)) if outer[i : i + len(inner)] == inner)
+plain = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"] if text else []  # noqa: E731
+prefix, suffix = outer[:start] + plain(before), plain(after) + outer[start + len(inner) :]
+
+
+def embed(sentences: list[str]) -> torch.Tensor:
+    room = max(MAX_LENGTH - len(prefix) - len(suffix), 0)  # the sentence is cut, never the template
+    rows = [prefix + ids[:room] + suffix for ids in tokenizer(sentences, add_special_tokens=False)["input_ids"]]
+    batch = tokenizer.pad({"input_ids": rows}, return_tensors="pt")
+    with torch.inference_mode():
+        states = model(**batch).last_hidden_state
+    at_mask = (batch["input_ids"] == tokenizer.mask_token_id).int().argmax(dim=1)  # the template's [MASK]
+    return states[torch.arange(len(states)), at_mask]
+"""
+
+
+def _prompt_snippet(plan: ExportPlan, model_id: str) -> str:
+    """Plain-transformers usage of a prompt-pooling export (PromptBERT): the sentence written into the template, the
+    last-layer state at its [MASK] (what `hf_sentcl.modeling.prompt` computes; no sentence-transformers files)."""
+    lines = _loading_lines(plan, model_id) + [
+        f"TEMPLATE = {plan.prompt_template!r}  # [X]: the sentence; the vector: the state at [MASK]",
+        f"MAX_LENGTH = {plan.max_seq_length}",
+    ]
+    return "\n".join(lines) + PROMPT_EMBED + "\n\n" + "\n".join([
+        f"embeddings = embed({list(EXAMPLE_SENTENCES)!r})",
+        "print(torch.nn.functional.cosine_similarity(embeddings[:1], embeddings[1:]))",
+    ])
 
 
 def _token_reduction(plan: ExportPlan):

@@ -14,6 +14,7 @@ from hf_sentcl.export.plan import ExportError, ExportPlan
 from hf_sentcl.modeling import SentenceEncoder
 from hf_sentcl.modeling.health import is_collapsed, nonfinite_tensors
 from hf_sentcl.modeling.pooling import pool
+from hf_sentcl.modeling.prompt import mask_states, tokenize_with_template
 
 logger = logging.getLogger("hf_sentcl")
 
@@ -63,12 +64,11 @@ def automodel_encode(path: str | Path, sentences: Sequence[str], plan: ExportPla
     rows = []
     with torch.inference_mode():
         for start in range(0, len(sentences), batch_size):
-            batch = tokenizer(
-                list(sentences[start : start + batch_size]), padding=True, truncation=True,
-                max_length=plan.max_seq_length, return_tensors="pt",
-            )
+            batch = plain_batch(tokenizer, list(sentences[start : start + batch_size]), plan)
             outputs = model(**batch, output_hidden_states=all_states)
-            if plan.head == "pooler":
+            if plan.prompt_template is not None:
+                embeddings = mask_states(outputs.last_hidden_state, batch["input_ids"], tokenizer.mask_token_id)
+            elif plan.head == "pooler":
                 embeddings = outputs.pooler_output
             else:
                 states = outputs.hidden_states if all_states else (outputs.last_hidden_state,)
@@ -79,6 +79,15 @@ def automodel_encode(path: str | Path, sentences: Sequence[str], plan: ExportPla
                 embeddings = torch.nn.functional.normalize(embeddings, dim=-1)
             rows.append(embeddings.float())
     return torch.cat(rows).numpy()
+
+
+def plain_batch(tokenizer, sentences: list[str], plan: ExportPlan) -> dict[str, torch.Tensor]:
+    """The padded batch a user's code gives the exported model: the sentences written into the plan's prompt
+    template when it has one (`hf_sentcl.modeling.prompt`), else tokenised as they are."""
+    if plan.prompt_template is None:
+        return tokenizer(sentences, padding=True, truncation=True, max_length=plan.max_seq_length, return_tensors="pt")
+    ids = tokenize_with_template(tokenizer, sentences, plan.prompt_template, plan.max_seq_length)
+    return tokenizer.pad({"input_ids": ids}, return_tensors="pt")
 
 
 def reference_copy(encoder: SentenceEncoder, max_seq_length: int | None = None) -> SentenceEncoder:
@@ -121,12 +130,11 @@ def verify_export(
         list(sentences), batch_size=len(sentences), normalize=plan.normalize
     )
     check_embeddings(reference, "The encoder")
-    loaded = {
-        "transformers": automodel_encode(out_dir, sentences, plan),
-        "sentence-transformers": SentenceTransformer(str(out_dir), device="cpu").encode(
+    loaded = {"transformers": automodel_encode(out_dir, sentences, plan)}
+    if plan.sentence_transformers:  # else the export has no sentence-transformers files (`write_export`)
+        loaded["sentence-transformers"] = SentenceTransformer(str(out_dir), device="cpu").encode(
             list(sentences), show_progress_bar=False
-        ),
-    }
+        )
     differences = {}
     for loader, embeddings in loaded.items():
         check_embeddings(embeddings, f"The export loaded with {loader}")

@@ -7,7 +7,9 @@ id or `embedded:all-MiniLM-L6-v2`) with `--pooling`. The export folder holds:
 
 - the backbone's own `save_pretrained` files (`config.json` with e.g. `architectures: ["BertModel"]`,
   `model.safetensors`) and the tokenizer, so `AutoModel.from_pretrained(OUT)` works without `trust_remote_code`;
-- the sentence-transformers modules (`Transformer`, `Pooling`, and `WeightedLayerPooling` for layer averages,
+- with `prompt` pooling (the [MASK] state of a template, PromptBERT) nothing more: sentence-transformers has no
+  module for it, so its files are left out (with a warning) rather than written to give other vectors silently;
+- otherwise the sentence-transformers modules (`Transformer`, `Pooling`, and `WeightedLayerPooling` for layer averages,
   `Dense` for a head used at inference, `Normalize` when the base model's pipeline has one after pooling, as
   all-MiniLM-L6-v2's does), built as sentence-transformers modules and written by its own `save`;
 - `README.md`, the model card (`hf_sentcl.export.card`), from a run's results.json or `hf-sentcl evaluate`'s JSON.
@@ -42,6 +44,7 @@ import torch
 from transformers import PreTrainedModel
 
 from hf_sentcl.export.plan import ExportError, ExportPlan, plan_export
+from hf_sentcl.export.results import CARD_INPUTS
 from hf_sentcl.export.verify import PROBE_SENTENCES, check_weights, verify_export
 from hf_sentcl.modeling import SentenceEncoder
 
@@ -104,6 +107,16 @@ def write_export(encoder: SentenceEncoder, folder: str | Path) -> ExportPlan:
     plan = plan_export(encoder)
     check_weights(encoder)
     folder = Path(folder)
+    if not plan.sentence_transformers:  # the backbone and tokenizer alone: no module would give the same vectors
+        folder.mkdir(parents=True, exist_ok=True)
+        export_backbone(encoder, plan).save_pretrained(folder)
+        encoder.tokenizer.save_pretrained(folder)
+        logger.warning(
+            "Export without sentence-transformers files: the encoder's vector is the [MASK] state of the prompt "
+            "template %r, which no sentence-transformers module computes (plain pooling would give other vectors "
+            "silently). Load it with transformers.AutoModel and embed as its model card shows.", plan.prompt_template,
+        )
+        return plan
     with tempfile.TemporaryDirectory(dir=folder.parent, prefix=f".{folder.name}.backbone-") as backbone_dir:
         export_backbone(encoder, plan).save_pretrained(backbone_dir)
         encoder.tokenizer.save_pretrained(backbone_dir)
@@ -124,7 +137,7 @@ def check_export_target(out_dir: str | Path, overwrite: bool) -> Path:
     if out_dir.is_dir() and any(out_dir.iterdir()):
         if not overwrite:
             raise ExportError(f"Export folder '{out_dir}' is not empty; pass --overwrite to replace an earlier export.")
-        if not (out_dir / "modules.json").is_file():
+        if not any((out_dir / name).is_file() for name in ("modules.json", CARD_INPUTS)):
             raise ExportError(
                 f"Refusing to overwrite '{out_dir}': it is not empty and holds no earlier export (no modules.json)."
             )

@@ -1,7 +1,8 @@
 """Contrastive losses as pure functions of embedding tensors, so tests can check them by hand."""
 
+from hf_sentcl.configs.perturbation import parse_perturbation
 from hf_sentcl.losses.info_nce import cosine_logits, info_nce
-from hf_sentcl.losses.margin import margin_cross_entropy, margin_info_nce, parse_perturbation
+from hf_sentcl.losses.margin import margin_cross_entropy, margin_info_nce
 from hf_sentcl.losses.nt_xent import nt_xent, nt_xent_similarities
 from hf_sentcl.losses.pair_classification import pair_classification_loss, pair_features
 from hf_sentcl.losses.parameter_distance import parameter_distance

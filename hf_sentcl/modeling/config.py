@@ -32,6 +32,10 @@ class SentenceEncoderConfig(PreTrainedConfig):
         unpadded: run BERT-family backbones padding-free (token-wise work on the real tokens only, see
             `hf_sentcl.modeling.unpadded`) in training and `encode`; same results as the padded forward up to fp32
             rounding. False always runs the backbone's own padded forward. Other backbones are always padded.
+        prompt_template: with `prompt` pooling, the template every sentence is written into (one `[X]` for the
+            sentence, one `[MASK]` whose last-layer state is the vector; `hf_sentcl.modeling.prompt`), e.g. PromptBERT's
+            `This sentence : "[X]" means [MASK] .`; None otherwise.
+        prompt_mask_token_id: the tokenizer's mask token id that `prompt` pooling reads (set with the template).
         matryoshka_dims: the leading sizes of the embedding the encoder was trained to be used at (a recipe's
             `matryoshka_dims`); evaluation scores each prefix and the export and its card state them.
     """
@@ -49,6 +53,8 @@ class SentenceEncoderConfig(PreTrainedConfig):
     peft: dict | None = None
     unpadded: bool = True
     matryoshka_dims: list[int] | None = None
+    prompt_template: str | None = None
+    prompt_mask_token_id: int | None = None
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)

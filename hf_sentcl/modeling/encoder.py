@@ -24,6 +24,7 @@ from hf_sentcl.modeling.backbone_forward import run_backbone
 from hf_sentcl.modeling.config import SentenceEncoderConfig
 from hf_sentcl.modeling.heads import MLPHead
 from hf_sentcl.modeling.pooling import pool
+from hf_sentcl.modeling.prompt import check_mask_token, check_template, mask_states, tokenize_with_template
 from hf_sentcl.modeling.st_files import sentence_transformers_max_seq_length, sentence_transformers_pooling
 
 MAX_DEFAULT_SEQ_LENGTH = 512
@@ -199,6 +200,28 @@ class SentenceEncoder(PreTrainedModel):
             if getattr(tokenizer, name, None) is not None:
                 setattr(self.config, name, getattr(tokenizer, name))
 
+    def use_prompt(self, template: str) -> None:
+        """Embed with `prompt` pooling from now on: the last-layer state at the [MASK] of `template` (one `[X]`, one
+        `[MASK]`), in training, in `encode` and in the saved config; ValueError for a bad template or a tokenizer
+        without a mask token."""
+        check_template(template)
+        if self.tokenizer is None:
+            raise RuntimeError("Attach the tokenizer before setting a prompt template (attach_tokenizer).")
+        self.config.prompt_mask_token_id = check_mask_token(self.tokenizer)
+        self.config.prompt_template = template
+        self.config.pooling = Pooling.PROMPT.value
+        self.config.inference_pooling = None
+
+    def tokenize(self, sentences: Sequence[str]) -> list[list[int]]:
+        """Token ids of `sentences` as the encoder reads them: cut to `max_seq_length`, and written into the prompt
+        template when it pools with one (the sentence is cut, never the template)."""
+        if self.config.active_pooling(training=False) == Pooling.PROMPT:
+            return tokenize_with_template(self.tokenizer, sentences, self.config.prompt_template, self.max_seq_length)
+        return self.tokenizer(
+            list(sentences), truncation=True, max_length=self.max_seq_length, return_attention_mask=False,
+            return_token_type_ids=False,
+        )["input_ids"]
+
     @property
     def max_seq_length(self) -> int:
         if self.config.max_seq_length:
@@ -276,7 +299,11 @@ class SentenceEncoder(PreTrainedModel):
         )
         hidden_states = outputs.hidden_states if want_all else (outputs.last_hidden_state,)
         layer = self.config.pooling_layer if want_all else -1
-        embeddings = pool(hidden_states, attention_mask, pooling, layer)
+        if pooling == Pooling.PROMPT:  # the [MASK] state (the ids carry the template: `tokenize`)
+            embeddings = mask_states(hidden_states[layer], input_ids, self.config.prompt_mask_token_id,
+                                     check=not self.training)
+        else:
+            embeddings = pool(hidden_states, attention_mask, pooling, layer)
         if self.head_active(pooling):
             embeddings = self.head(embeddings)
         return SentenceEmbeddingOutput(embeddings=embeddings, hidden_states=outputs.hidden_states if want_all else None)
@@ -332,10 +359,7 @@ class SentenceEncoder(PreTrainedModel):
         unique = list(dict.fromkeys(sentences))
         if not unique:
             raise ValueError("map_batches() needs at least one sentence.")
-        tokenized = self.tokenizer(
-            unique, truncation=True, max_length=self.max_seq_length, return_attention_mask=False,
-            return_token_type_ids=False,
-        )["input_ids"]
+        tokenized = self.tokenize(unique)
         order = sorted(range(len(unique)), key=lambda i: len(tokenized[i]), reverse=True)
         out: torch.Tensor | None = None
         was_training = self.training

@@ -38,6 +38,8 @@ def pool(
     `cls_before_pooler` both take the first token here; whether a head follows is the encoder's business.
     """
     mode = pooling_mode(mode)
+    if mode is Pooling.PROMPT:
+        raise ValueError("prompt pooling reads the [MASK] position of the token ids: use prompt.mask_states.")
     if mode.averaged_state is not None:
         return masked_mean((hidden_states[mode.averaged_state] + hidden_states[-1]) / 2, attention_mask)
     states = hidden_states[layer]

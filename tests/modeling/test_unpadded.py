@@ -24,7 +24,8 @@ TOLERANCE = 1e-5
 def mixed_batch(encoder: SentenceEncoder, n: int = 7) -> dict[str, torch.Tensor]:
     """Sentences of very different lengths, padded to the longest (right padding)."""
     sentences = [" ".join(random_sentences(1, seed=i, min_words=1 + 2 * i, max_words=2 + 3 * i)) for i in range(n)]
-    batch = encoder.tokenizer(sentences, padding=True, return_tensors="pt")
+    # the encoder's own tokenisation: written into its template with `prompt` pooling
+    batch = encoder.tokenizer.pad({"input_ids": encoder.tokenize(sentences)}, return_tensors="pt")
     assert (batch["attention_mask"] == 0).any(), "the batch should contain padding"
     return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
 
@@ -66,6 +67,8 @@ def max_differences(directory, pooling: str, **overrides) -> tuple[float, float]
 def _max_differences(directory, pooling: str, **overrides) -> tuple[float, float]:
     encoder = SentenceEncoder.from_backbone(str(directory), pooling=pooling, hidden_dropout_prob=0.0,
                                             attention_probs_dropout_prob=0.0, **overrides)
+    if pooling == "prompt":  # the [MASK] state of a template (PromptBERT)
+        encoder.use_prompt('This sentence : "[X]" means [MASK] .')
     encoder.train()
     batch = mixed_batch(encoder)
     padded, padded_grads = embeddings_and_grads(encoder, batch, unpadded=False)

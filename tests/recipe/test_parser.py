@@ -243,7 +243,7 @@ def test_list_key_rejects_wrong_item_type(tmp_path):
 
 # ------------------------------------------------------------------------------------------ HfArgumentParser
 @pytest.mark.parametrize("method, key, value, choices", [
-    ("simcse", "pooling", "meen", "cls, cls_before_pooler, mean, max, first_last_avg, last2_avg"),
+    ("simcse", "pooling", "meen", "cls, cls_before_pooler, mean, max, first_last_avg, last2_avg, prompt"),
     ("simcse", "sts_mode", "avg", "all, mean, wmean"),
     ("simcse", "unlabeled_sts", "sts", "stsb, all, all-scored"),
     ("simcse", "margin_type", "adaptive", "constant, dynamic"),
@@ -345,7 +345,8 @@ def test_recipe_help_lists_every_key_with_type_default_and_help(repo_root, capsy
     from hf_sentcl.configs.contrastive import TEMPERATURE_HELP
 
     assert f"--temperature float {TEMPERATURE_HELP} (default: 0.05) [recipe: 0.05]" in text
-    assert "--pooling {cls,cls_before_pooler,mean,max,first_last_avg,last2_avg} Pooling of the token states" in text
+    pooling = "--pooling {cls,cls_before_pooler,mean,max,first_last_avg,last2_avg,prompt}"
+    assert f"{pooling} Pooling of the token states" in text
     assert "--tokenizer_name str | None" in text and "--eval_tasks list[str]" in text
     assert "(default: 3e-05) [recipe: 3e-05]" in text  # learning_rate
     assert "--save_strategy {no,steps,epoch,best}" in text

@@ -193,7 +193,7 @@ def test_consert_rates(tmp_path, refused):
 # ------------------------------------------------------------------------------------------ choices and keys
 @pytest.mark.parametrize("overrides, message", [
     (["--pooling", "meen"], "key 'pooling' must be one of cls, cls_before_pooler, mean, max, first_last_avg, "
-                            "last2_avg; got 'meen' (did you mean 'mean'?)"),
+                            "last2_avg, prompt; got 'meen' (did you mean 'mean'?)"),
     (["--head", "mpl"], "key 'head' must be one of none, mlp; got 'mpl' (did you mean 'mlp'?)"),
     (["--sts_mode", "average"], "key 'sts_mode' must be one of all, mean, wmean; got 'average'"),
     (["--inference_pooling", "last_avg"], "did you mean 'last2_avg'?"),
