@@ -67,7 +67,9 @@ from huggingface_hub.utils import _http as hub_http
 
 from hf_sentcl.hub.offline import is_offline
 
-REQUIRED_EXPORT_FILES = ("config.json", "modules.json", "README.md")
+#: what every hf_sentcl export holds: the backbone's config, the card and the card's inputs. modules.json is not among
+#: them: an export that sentence-transformers cannot reproduce (PromptBERT's prompt pooling) is an AutoModel one only
+REQUIRED_EXPORT_FILES = ("config.json", "README.md", "hf_sentcl_card.json")
 
 #: files of an export that stay local: `hf_sentcl_card.json` (hf_sentcl.export.results.CARD_INPUTS), the plan and
 #: results its card was rendered from, which name local paths (the base model's folder, the run's files)

@@ -7,6 +7,7 @@ length buckets)."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -20,6 +21,7 @@ from hf_sentcl.export.bundle import export_mteb_results
 from hf_sentcl.export.card import write_model_card
 from hf_sentcl.export.snippets import transformers_snippet
 from hf_sentcl.export.writer import export_encoder
+from hf_sentcl.hub.upload import push_folder
 from hf_sentcl.losses import info_nce
 from hf_sentcl.methods.promptbert.config import BERT_SECOND_TEMPLATE, BERT_TEMPLATE, PromptBERTConfig
 from hf_sentcl.methods.promptbert.trainer import PromptBERTTrainer
@@ -168,6 +170,16 @@ def test_save_and_reload_embed_with_the_template(tiny_bert_dir, tmp_path):
     close(reloaded.encode(SENTENCES), encoder.encode(SENTENCES))
 
 
+class OfflineHub:
+    """Stands in for `huggingface_hub.HfApi` in a push: takes the repository and the folder, contacts nothing."""
+
+    def create_repo(self, repo_id, **_):
+        return f"https://huggingface.co/{repo_id}"
+
+    def upload_folder(self, **kwargs):
+        return SimpleNamespace(commit_url=f"https://huggingface.co/{kwargs['repo_id']}/commit/0123456", oid="0" * 40)
+
+
 def test_export_loads_with_automodel_and_the_card_code_reproduces_encode(tiny_bert_dir, tmp_path):
     trainer = make_trainer(tiny_bert_dir, tmp_path, max_steps=2)
     trainer.train()
@@ -183,6 +195,9 @@ def test_export_loads_with_automodel_and_the_card_code_reproduces_encode(tiny_be
     card = write_model_card(out, plan, {}).read_text()
     assert BERT_TEMPLATE in card and "SentenceTransformer(" not in card and "no sentence-transformers files" in card
     assert "library_name: transformers" in card and "tags:\n- feature-extraction" in card
+    pushed = push_folder(out, "my-org/promptbert", api=OfflineHub())  # an AutoModel-only export is pushed too
+    assert {"config.json", "model.safetensors", "README.md"} <= {f.path for f in pushed.files}
+    assert not {"modules.json", "hf_sentcl_card.json"} & {f.path for f in pushed.files}
     export_encoder(encoder, out, overwrite=True)  # an earlier prompt export (no modules.json) may be replaced
     scores = {"mteb_sts": {"STS12": 50.0, "STSBenchmark": 60.0}}  # their ModelMeta would load it with ST: none
     assert export_mteb_results(tmp_path / "mteb", scores, out, plan, None) is None
