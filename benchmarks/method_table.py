@@ -28,24 +28,35 @@ from pathlib import Path
 
 import yaml
 
+from hf_sentcl.registry import METHODS, PAPERS
+
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = REPO / "recipes"
 
-#: label -> (MiniLM recipe, the data it is pointed at, the paper's BERT-base 7-STS average, where it is from)
-ROWS: dict[str, tuple[str, str, float | None, str]] = {
-    "simcse": ("quickstart.yaml", "wiki", 76.25, "SimCSE Table 5, unsup-SimCSE-BERT-base"),
-    "simcse_sup": ("simcse_sup_minilm.yaml", "triplets", 81.57, "SimCSE Table 5, sup-SimCSE-BERT-base"),
-    "self_guided (SG-OPT)": ("sg_opt_minilm.yaml", "recipe", 74.62, "papers/sg-bert.txt Table 1, BERT-base SG-OPT"),
-    "consert (unsup)": ("consert_minilm.yaml", "recipe", 72.74, "papers/consert.txt Table 2, ConSERT-base"),
-    "consert (joint)": ("consert_minilm_joint.yaml", "recipe", 77.12, "papers/consert.txt Table 3, ConSERT-base joint"),
-    "clear": ("clear_minilm.yaml", "wiki", 61.8, "papers/consert.txt Table 2, CLEAR-base (as quoted there)"),
-    "simcse + BYOP-C": ("byop_minilm.yaml", "wiki", 77.32, "papers/byop.txt Table 1, BERT-base +BYOPC"),
-    "angle": ("angle_minilm.yaml", "recipe", None, "not entered: the paper's BERT-base table was not read here"),
-    "esimcse": ("esimcse_minilm.yaml", "wiki", 78.27, "the authors' README (ESimCSE-BERT-base; the paper's table not "
-                "read here, its abstract's +2.02 over SimCSE's 76.25 agrees)"),
-    "promptbert": ("promptbert_minilm.yaml", "wiki", 78.54, "the authors' README (unsup-PromptBERT, mean of 5 seeds; "
-                   "the paper's table not read here, its abstract's +2.29 over SimCSE's 76.25 agrees)"),
+#: label -> (MiniLM recipe, the data it is pointed at, the method (or plug-in paper) and the setting whose reported
+#: BERT-base figure stands beside the row: `Paper.reported` of its registration; None where none is entered)
+ROWS: dict[str, tuple[str, str, str, str | None]] = {
+    "simcse": ("quickstart.yaml", "wiki", "simcse", "unsup-SimCSE-BERT-base"),
+    "simcse_sup": ("simcse_sup_minilm.yaml", "triplets", "simcse_sup", "sup-SimCSE-BERT-base"),
+    "self_guided (SG-OPT)": ("sg_opt_minilm.yaml", "recipe", "self_guided", "BERT-base SG-OPT"),
+    "consert (unsup)": ("consert_minilm.yaml", "recipe", "consert", "ConSERT-base (unsup)"),
+    "consert (joint)": ("consert_minilm_joint.yaml", "recipe", "consert", "ConSERT-base (joint)"),
+    "clear": ("clear_minilm.yaml", "wiki", "clear", "CLEAR-base"),
+    "simcse + BYOP-C": ("byop_minilm.yaml", "wiki", "byop", "BERT-base +BYOPC"),
+    "angle": ("angle_minilm.yaml", "recipe", "angle", None),  # the paper's BERT-base table was not read here
+    "esimcse": ("esimcse_minilm.yaml", "wiki", "esimcse", "ESimCSE-BERT-base"),
+    "promptbert": ("promptbert_minilm.yaml", "wiki", "promptbert", "unsup-PromptBERT-BERT-base"),
 }
+
+
+def reported(label: str) -> tuple[float | None, str]:
+    """The row's reported BERT-base figure and its source, from the method's (or plug-in's) registered paper."""
+    _, _, owner, setting = ROWS[label]
+    if setting is None:
+        return None, "not entered: the paper's BERT-base table was not read here"
+    paper = METHODS[owner].paper if owner in METHODS else PAPERS[owner]
+    figure = paper.figure(setting)
+    return figure.avg, f"{figure.source}, {figure.setting}"
 
 
 def snli_triplets(data_dir: Path, path: Path) -> Path:
@@ -104,7 +115,7 @@ def table(rows: dict[str, dict], seeds: str, max_steps: int) -> str:
         avg = row["avg"]
         spread = f" ± {avg['std']:.2f}" if avg["std"] is not None else ""
         step = sum(row["step_seconds"]) / len(row["step_seconds"]) if row["step_seconds"] else float("nan")
-        paper, source = ROWS[label][2], ROWS[label][3]
+        paper, source = reported(label)
         pooling = yaml.safe_load((RECIPES / row["recipe"]).read_text()).get("pooling", "cls")
         lines.append(f"| {label} | `{row['recipe']}` | {pooling} | {avg['mean']:.2f}{spread} | {step:.2f} | "
                      f"{'-' if paper is None else f'{paper:.2f}'} | {source} |")

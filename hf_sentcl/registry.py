@@ -87,8 +87,20 @@ class MethodSpec:
 
 
 @dataclass(frozen=True)
+class ReportedSTS:
+    """A 7-STS result a paper (or its authors' code) reports: Spearman x 100, STS12-16, STS-B and SICK-R averaged."""
+
+    setting: str  #: the model and variant as the source names it, e.g. "unsup-SimCSE-BERT-base"
+    avg: float
+    source: str  #: where the figure is printed, e.g. "SimCSE Table 5"
+    #: the seven task figures in that order (STS12, STS13, STS14, STS15, STS16, STS-B, SICK-R), where copied
+    tasks: tuple[float, ...] | None = None
+
+
+@dataclass(frozen=True)
 class Paper:
-    """A source paper: cited by authors, title, venue and arXiv id in the docs, by BibTeX in model cards."""
+    """A source paper: cited by authors, title, venue and arXiv id in the docs, by BibTeX in model cards, with the STS
+    figures it reports (the benchmark table prints them beside ours)."""
 
     authors: str
     title: str
@@ -97,6 +109,14 @@ class Paper:
     bibtex: str
     #: the authors' public code of the method (the reference implementation), where they released one
     code: str | None = None
+    reported: tuple[ReportedSTS, ...] = ()
+
+    def figure(self, setting: str) -> ReportedSTS:
+        """The reported result of `setting`; KeyError naming the settings the paper has."""
+        for result in self.reported:
+            if result.setting == setting:
+                return result
+        raise KeyError(f"{self.title}: no reported setting '{setting}'; it has {[r.setting for r in self.reported]}")
 
     def reference(self) -> str:
         arxiv = f", arXiv:{self.arxiv}" if self.arxiv else ""
@@ -126,6 +146,8 @@ PAPERS: dict[str, Paper] = {
   title = {Bootstrap Your Own {PLM}: Boosting Semantic Features of {PLMs} for Unsupervised Contrastive Learning},
   note = {Anonymous ACL submission}
 }""",
+        reported=(ReportedSTS("BERT-base +BYOPC", 77.32, "papers/byop.txt Table 1",
+                              (71.84, 82.86, 76.16, 82.61, 79.07, 79.11, 69.61)),),
     ),
 }
 

@@ -18,7 +18,7 @@ from helpers import random_sentences, write_yaml_recipe
 from safetensors.torch import load_file
 
 import hf_sentcl.methods
-from hf_sentcl.registry import METHODS, MethodRegistry, MethodSpec, folder_methods
+from hf_sentcl.registry import METHODS, PAPERS, MethodRegistry, MethodSpec, folder_methods
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -171,3 +171,20 @@ def test_the_per_method_tests_run_every_registered_method():
     from helpers import METHOD_SETTINGS
 
     assert set(METHODS) <= {settings["method"] for settings in METHOD_SETTINGS.values()}
+
+
+def test_the_reported_figures_are_the_averages_of_their_tasks():
+    """A paper's copied task figures average to its reported 7-STS figure (rounding of the source aside: PromptBERT's
+    README averages 5 seeds per task and overall), so a figure mistyped while copying fails here."""
+    papers = [spec.paper for spec in METHODS.values() if spec.paper is not None] + list(PAPERS.values())
+    checked = 0
+    for paper in papers:
+        for result in paper.reported:
+            if result.tasks is not None:
+                assert len(result.tasks) == 7, result.setting
+                assert abs(sum(result.tasks) / 7 - result.avg) <= 0.05, result.setting
+                checked += 1
+    assert checked >= 5
+    assert METHODS["simcse"].paper.figure("unsup-SimCSE-BERT-base").avg == 76.25
+    with pytest.raises(KeyError, match="no reported setting 'BERT-large'"):
+        METHODS["simcse"].paper.figure("BERT-large")

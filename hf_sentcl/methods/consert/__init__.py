@@ -4,7 +4,7 @@ embedding-level augmentations and NT-Xent, with NLI supervision jointly or in ch
 `stages.py` (the chained settings and the NLI data of the supervised stages), and the registration below; the
 augmentations are shared (`hf_sentcl.augment.embedding`), the losses too (`hf_sentcl.losses`)."""
 
-from hf_sentcl.registry import MethodSpec, Paper
+from hf_sentcl.registry import MethodSpec, Paper, ReportedSTS
 
 PAPER = Paper(
     "Yuanmeng Yan, Rumei Li, Sirui Wang, Fuzheng Zhang, Wei Wu, Weiran Xu",
@@ -17,6 +17,10 @@ PAPER = Paper(
   year = {2021}
 }""",
     code="https://github.com/yym6472/ConSERT",  # papers/consert.txt, footnote 3
+    reported=(
+        ReportedSTS("ConSERT-base (unsup)", 72.74, "papers/consert.txt Table 2"),
+        ReportedSTS("ConSERT-base (joint)", 77.12, "papers/consert.txt Table 3"),
+    ),
 )
 
 METHOD = MethodSpec(

@@ -4,7 +4,7 @@ negatives include a queue of a momentum encoder's embeddings (docs/methods/esimc
 (recipe keys), `augment.py` (word repetition), `loss.py` (InfoNCE with the queue), `trainer.py`, and the
 registration below."""
 
-from hf_sentcl.registry import MethodSpec, Paper
+from hf_sentcl.registry import MethodSpec, Paper, ReportedSTS
 
 PAPER = Paper(
     "Xing Wu, Chaochen Gao, Liangjun Zang, Jizhong Han, Zhongyuan Wang, Songlin Hu",
@@ -17,6 +17,8 @@ PAPER = Paper(
   year = {2022}
 }""",
     code="https://github.com/caskcsg/sentemb",
+    reported=(ReportedSTS("ESimCSE-BERT-base", 78.27, "the authors' README (the paper's table not read here; its "
+                                                         "abstract's +2.02 over SimCSE's 76.25 agrees)"),),
 )
 
 METHOD = MethodSpec(

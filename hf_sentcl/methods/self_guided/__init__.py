@@ -4,7 +4,7 @@ copy of itself (docs/methods/self_guided.md). One folder: `config.py` (recipe ke
 ablations and L_opt), `trainer.py`, and the registration below; the parameter-distance regularizer is shared
 (`hf_sentcl.losses.parameter_distance`, which `hf_sentcl.modeling.peft` computes for LoRA too)."""
 
-from hf_sentcl.registry import MethodSpec, Paper
+from hf_sentcl.registry import MethodSpec, Paper, ReportedSTS
 
 PAPER = Paper(
     "Taeuk Kim, Kang Min Yoo, Sang-goo Lee",
@@ -16,6 +16,7 @@ PAPER = Paper(
   year = {2021}
 }""",
     code="https://github.com/galsang/SG-BERT",  # papers/sg-bert.txt, section 4.1
+    reported=(ReportedSTS("BERT-base SG-OPT", 74.62, "papers/sg-bert.txt Table 1"),),
 )
 
 METHOD = MethodSpec(

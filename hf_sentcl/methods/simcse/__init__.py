@@ -5,7 +5,7 @@ the docs page and the modules: `config.py` (recipe keys), `trainer.py` (both tra
 below (`METHODS`, two specs); the loss is shared (`hf_sentcl.losses.margin.margin_info_nce`, InfoNCE with the
 optional IFM/BYOP margin)."""
 
-from hf_sentcl.registry import MethodSpec, Paper
+from hf_sentcl.registry import MethodSpec, Paper, ReportedSTS
 
 PAPER = Paper(
     "Tianyu Gao, Xingcheng Yao, Danqi Chen",
@@ -17,6 +17,12 @@ PAPER = Paper(
   year = {2021}
 }""",
     code="https://github.com/princeton-nlp/SimCSE",
+    reported=(
+        ReportedSTS("unsup-SimCSE-BERT-base", 76.25, "SimCSE Table 5",
+                    (68.40, 82.41, 74.38, 80.91, 78.56, 76.85, 72.23)),
+        ReportedSTS("sup-SimCSE-BERT-base", 81.57, "SimCSE Table 5",
+                    (75.30, 84.67, 80.19, 85.40, 80.82, 84.25, 80.39)),
+    ),
 )
 
 METHODS = (
