@@ -263,3 +263,22 @@ def test_a_mixed_training_logs_each_datasets_loss(mixing, mixed_recipe):
         assert all(value > 0 for key, value in entry.items() if key.startswith("loss_"))
     if mixing == "round_robin":  # 0, 1, 0, 1, ...: each logging window of 2 steps has one batch of each
         assert all({"loss_triplets", "loss_train"} <= set(entry) for entry in logged)
+
+
+def test_a_dataset_name_entry_reads_its_split_and_st_names(tmp_path, mixed_recipe, train_files):
+    """A `dataset_name` entry (here a local folder `datasets` reads as a dataset id would be read) with its split,
+    beside a file; its anchor/positive columns are read as sent0/sent1. One smaller than a global batch is refused,
+    naming it, when it has loaded (before training)."""
+    folder = tmp_path / "st_pairs"
+    folder.mkdir()
+    rows = random_sentences(24, seed=12)
+    write_csv(folder / "train.csv", ["anchor", "positive"], zip(rows[:12], rows[12:]))
+    recipe = parse_recipe(mixed_recipe(dataset_name=[{"name": str(folder), "split": "train"}]))
+    sources = plan_run(recipe).training_sources
+    assert [(s.key, s.name, s.split) for s in sources][-1] == ("dataset_name", "st_pairs", "train")
+    data, _ = load_training_data(recipe.data, ("sent0", "sent1"), ("hard_neg",), sources[-1])
+    assert data["sent0"] == rows[:12] and data["sent1"] == rows[12:]
+    big = parse_recipe(mixed_recipe(dataset_name=[{"name": str(folder), "split": "train"}],
+                                    per_device_train_batch_size=16, train_file=[str(train_files["triplets"])]))
+    with pytest.raises(ValueError, match=r"'st_pairs' \(12 examples\) cannot fill one"):
+        build_stage(validate_recipe(big))
