@@ -105,8 +105,10 @@ def training_data_summary(stage: StagePlan, num_examples: int | None, text_colum
     if own_data is not None:
         source, name = own_data.source_key, own_data.description
     elif len(stage.training_sources) > 1:  # several datasets: each named, files as a card may name them
-        source, name = "mixed", ", ".join(public_file_name(s.location) if s.key == "train_file" else s.location
-                                          for s in stage.training_sources)
+        listed = [{"key": s.key, "name": public_file_name(s.location) if s.key == "train_file" else s.location}
+                  for s in stage.training_sources]
+        source, name = "mixed", ", ".join(entry["name"] for entry in listed)
+        declared["datasets"] = listed
     elif data.train_file is not None:
         location = stage.training_sources[0].location if stage.training_sources else data.train_file
         source, name = "train_file", public_file_name(location)

@@ -282,3 +282,15 @@ def test_a_dataset_name_entry_reads_its_split_and_st_names(tmp_path, mixed_recip
                                     per_device_train_batch_size=16, train_file=[str(train_files["triplets"])]))
     with pytest.raises(ValueError, match=r"'st_pairs' \(12 examples\) cannot fill one"):
         build_stage(validate_recipe(big))
+
+
+def test_a_mixed_runs_hub_datasets_are_credited_and_its_local_files_are_not():
+    """The card's `datasets:` of a mixed run: an hf:// file's and a Hub id's datasets, never a local file's name."""
+    from hf_sentcl.export.results import training_datasets
+
+    listed = [{"key": "train_file", "name": "hf://datasets/princeton-nlp/datasets-for-simcse/nli_for_simcse.csv"},
+              {"key": "train_file", "name": "wiki1m_subset.txt"},
+              {"key": "dataset_name", "name": "sentence-transformers/all-nli"}]
+    data = {"source": "mixed", "name": "...", "datasets": listed}
+    assert training_datasets({"training_data": data}) == ["princeton-nlp/datasets-for-simcse",
+                                                          "sentence-transformers/all-nli"]
