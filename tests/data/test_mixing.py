@@ -294,3 +294,31 @@ def test_a_mixed_runs_hub_datasets_are_credited_and_its_local_files_are_not():
     data = {"source": "mixed", "name": "...", "datasets": listed}
     assert training_datasets({"training_data": data}) == ["princeton-nlp/datasets-for-simcse",
                                                           "sentence-transformers/all-nli"]
+
+
+def test_a_resumed_training_replays_the_batches_of_the_uninterrupted_one(mixed_recipe, monkeypatch):
+    """Through the Trainer: a run resumed from its checkpoint at step 18 (epoch 1, where the sampler sits under
+    accelerate's batch skipper) trains on the same datasets and examples at steps 18 and 19 as the whole run."""
+    from hf_sentcl.trainers.mixing import MixedSources
+
+    seen: list[tuple[int, list[int]]] = []
+    original = MixedSources.batch_source
+
+    def recording(self, inputs):
+        source = original(self, inputs)
+        seen.append((source, inputs["input_ids"][:, 0, 1].tolist()))
+        return source
+
+    monkeypatch.setattr(MixedSources, "batch_source", recording)
+    values = dict(max_steps=20, save_strategy="steps", save_steps=18, save_total_limit=3, logging_steps=10)
+
+    def train(resume=None):
+        set_seed(0)
+        trainer = build_stage(validate_recipe(parse_recipe(mixed_recipe(**values)))).trainer
+        trainer.train(resume_from_checkpoint=resume)
+        return trainer
+
+    whole = train()
+    uninterrupted, seen[:] = list(seen), []
+    train(f"{whole.args.output_dir}/checkpoint-18")
+    assert len(uninterrupted) == 20 and seen == uninterrupted[18:]
