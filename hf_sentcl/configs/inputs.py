@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from hf_sentcl.configs.choices import EMBEDDED_MODEL_ALIAS, HEAD_TYPES, POOLING_MODES, STS_MODES
+from hf_sentcl.configs.sources import MIXING_POLICIES, listed_sources
 from hf_sentcl.configs.validation import check_choices, check_range
 
 #: the smallest useful truncation length: [CLS], one token, [SEP]
@@ -78,15 +79,26 @@ class ModelArguments:
 class DataArguments:
     """Training text and evaluation data."""
 
-    train_file: str | None = field(
+    train_file: None | str | list = field(
         default=None,
         metadata={
             "help": "Training data: a .txt file with one sentence per line (unsupervised) or a .csv with "
-            "sent0,sent1[,hard_neg] columns (supervised). Environment variables are expanded."
+            "sent0,sent1[,hard_neg] columns (supervised; or anchor,positive[,negative]). Environment variables are "
+            "expanded. A list trains on several datasets (`mixing`): entries are paths or {path, columns}."
         },
     )
-    dataset_name: str | None = field(
-        default=None, metadata={"help": "A `datasets` id to train on instead of train_file."}
+    dataset_name: None | str | list = field(
+        default=None,
+        metadata={"help": "A `datasets` id to train on instead of train_file; a list trains on several (`mixing`): "
+                  "entries are ids or {name, config, split, columns}."},
+    )
+    mixing: Literal[MIXING_POLICIES] | None = field(
+        default=None,
+        metadata={
+            "help": "With several datasets: 'proportional' (each batch from one dataset, chosen in proportion to its "
+            "size; every batch of every dataset once per epoch) or 'round_robin' (one batch from each in turn, until "
+            "the smallest runs out). Unset: proportional."
+        },
     )
     unlabeled_sts: Literal["stsb", "all", "all-scored"] | None = field(
         default=None,
@@ -174,6 +186,11 @@ class DataArguments:
 
     def __post_init__(self):
         check_choices(self)
+        sources = listed_sources(self.train_file, self.dataset_name, self.unlabeled_sts, self.dataset_config_name,
+                                 self.dataset_split)  # a malformed list entry is refused now, named
+        if self.mixing is not None and len(sources) < 2:
+            raise ValueError(f"key 'mixing' is '{self.mixing}' but the recipe names {len(sources)} dataset(s); mixing "
+                             "draws batches from several: list them under train_file / dataset_name, or remove it.")
         if self.train_subset_size is not None and self.train_subset_size < 1:
             raise ValueError(f"train_subset_size must be a positive number of examples, got {self.train_subset_size}.")
         if self.pad_to_multiple_of is not None and self.pad_to_multiple_of < 1:

@@ -14,6 +14,7 @@ from datasets import Dataset, Features, Value, load_dataset
 from transformers import PreTrainedTokenizerBase
 
 from hf_sentcl.configs import DataArguments
+from hf_sentcl.configs.sources import TrainingSource, the_training_sources
 from hf_sentcl.data.checks import FILE_BUILDERS, check_data_file, scan_data_file
 from hf_sentcl.data.cleaning import DataCleaning, FileScan, max_text_chars
 from hf_sentcl.evaluation.sts import unlabeled_sts_sentences
@@ -47,6 +48,37 @@ def check_train_file(path: str | None) -> Path | None:
     return resolved
 
 
+#: sentence-transformers' column names, read where a method's own (sent0, sent1, hard_neg) are absent
+ST_COLUMNS = {"sent0": "anchor", "sent1": "positive", "hard_neg": "negative"}
+
+
+def mapped_columns(
+    source: str,
+    available: Sequence[str],
+    text_columns: tuple[str, ...],
+    optional_columns: tuple[str, ...],
+    mapping: dict[str, str],
+    reader: str,
+) -> dict[str, str]:
+    """The source column of each method column a source's `columns` mapping names, and of each text or optional column
+    the source lacks under its own name but has under sentence-transformers' (`ST_COLUMNS`). ValueError naming the
+    source when the mapping names a column the method does not read or one the source does not have."""
+    readable = text_columns + optional_columns
+    if unread := [c for c in mapping if c not in readable]:
+        raise ValueError(f"{source}: 'columns' maps {', '.join(map(repr, unread))}, which {reader} does not read; it "
+                         f"reads {', '.join(map(repr, readable))}.")
+    if absent := [f"'{c}' -> '{s}'" for c, s in mapping.items() if s not in available]:
+        has = ", ".join(f"'{c}'" for c in available) or "none"
+        raise ValueError(f"{source}: 'columns' maps {', '.join(absent)}, but it has no such column: its columns "
+                         f"are {has}. Fix the entry's 'columns'.")
+    read = dict(mapping)
+    for column in readable:
+        alias = ST_COLUMNS.get(column)
+        if column not in read and column not in available and alias in available:
+            read[column] = alias
+    return read
+
+
 def method_columns(
     source: str,
     available: Sequence[str],
@@ -54,19 +86,23 @@ def method_columns(
     optional_columns: tuple[str, ...] = (),
     text_column: str = "text",
     reader: str = "the method",
+    mapping: dict[str, str] | None = None,
 ) -> dict[str, str]:
-    """The source column each of a method's `text_columns` is read from: itself, except that a one-sentence method
-    (`("text",)`) reads `text_column` when the source has that column. ValueError naming the source, the columns it
-    has, the ones `reader` needs and the fix when one is missing.
+    """The source column each of a method's `text_columns` (and of the `optional_columns` it can have) is read from:
+    the one the source's `mapping` names (a list entry's `columns`), else itself, else sentence-transformers' name for
+    it (`anchor`, `positive`, `negative`), except that a one-sentence method (`("text",)`) reads `text_column` when
+    the source has that column. ValueError naming the source, the columns it has, the ones `reader` needs and the
+    fix when one is missing.
 
     The one rule for a training source's columns: checked before any model loads for a local .txt/.csv/.tsv file
     (`check_train_columns`, from its header) and when the data loads (`load_training_data`) for every source."""
     available = list(available)
-    if text_columns == ("text",) and text_column != "text" and text_column in available:
+    read = mapped_columns(source, available, text_columns, optional_columns, mapping or {}, reader)
+    if text_columns == ("text",) and "text" not in read and text_column != "text" and text_column in available:
         return {"text": text_column}
-    missing = [c for c in text_columns if c not in available]
+    missing = [c for c in text_columns if c not in available and c not in read]
     if not missing:
-        return {c: c for c in text_columns}
+        return {c: read.get(c, c) for c in text_columns + optional_columns if c in read or c in available}
     needs = ", ".join(f"'{c}'" for c in text_columns)
     if text_columns == ("text",):
         needs += f" (or '{text_column}', key 'text_column')" if text_column != "text" else " (or set key 'text_column')"
@@ -77,7 +113,8 @@ def method_columns(
     raise ValueError(
         f"{source} has no column{'s' if len(missing) > 1 else ''} {named}: its columns are {has}, and {reader} "
         f"reads {needs}. Name the columns so in the file's header (line 1 of a .csv/.tsv, the keys of a .jsonl), "
-        "or use the method that fits the file."
+        "map them with a list entry's 'columns' (e.g. {sent0: premise, sent1: hypothesis}), or use the method that "
+        "fits the file."
     )
 
 
@@ -88,6 +125,7 @@ def check_train_columns(
     text_column: str = "text",
     reader: str = "the method",
     score_column: str | None = None,
+    mapping: dict[str, str] | None = None,
 ) -> None:
     """Before any model loads: the local training file `path` has the columns the method reads (`method_columns`,
     from the header its scan read: a .txt file's one column is `text`), and a number in its `score_column` on every
@@ -95,9 +133,10 @@ def check_train_columns(
     the same rules."""
     scan = scan_data_file(path)
     if scan.format in ("text", "csv"):
-        method_columns(f"train_file '{path}'", scan.header, text_columns, optional_columns, text_column, reader)
-    if scan.format == "csv" and score_column is not None:
-        float_scores(load_data_file(path, scan), score_column, f"train_file '{path}'", first_line=2)
+        read = method_columns(f"train_file '{path}'", scan.header, text_columns, optional_columns, text_column,
+                              reader, mapping)
+        if scan.format == "csv" and score_column is not None:
+            float_scores(load_data_file(path, scan), read[score_column], f"train_file '{path}'", first_line=2)
 
 
 #: the recipe keys that name training text; a recipe sets one of them
@@ -107,17 +146,6 @@ TEXT_SOURCES = ("train_file", "dataset_name", "unlabeled_sts")
 def text_sources(data_args: DataArguments) -> list[str]:
     """The keys of `TEXT_SOURCES` that `data_args` sets."""
     return [k for k in TEXT_SOURCES if getattr(data_args, k) is not None]
-
-
-def the_text_source(data_args: DataArguments) -> str:
-    """The one key of `TEXT_SOURCES` that `data_args` sets; ValueError when none or several are set."""
-    sources = text_sources(data_args)
-    if len(sources) != 1:
-        raise ValueError(
-            f"set exactly one of 'train_file', 'dataset_name', 'unlabeled_sts' (the training text); got "
-            f"{sources or 'none'}."
-        )
-    return sources[0]
 
 
 def load_data_file(path: Path, scan: FileScan | None = None) -> Dataset:
@@ -178,65 +206,92 @@ def load_training_dataset(data_args: DataArguments, text_columns: tuple[str, ...
 
 
 def load_training_data(
-    data_args: DataArguments, text_columns: tuple[str, ...], optional_columns: tuple[str, ...] = ()
+    data_args: DataArguments, text_columns: tuple[str, ...], optional_columns: tuple[str, ...] = (),
+    source: TrainingSource | None = None,
 ) -> tuple[Dataset, DataCleaning]:
-    """Load the raw training examples: the columns `text_columns` plus those of `optional_columns` the source has
-    (e.g. supervised SimCSE's `hard_neg`), every one of them required in each kept row. Returns them with the
-    account of what loading repaired and dropped (results.json's `train.data_cleaning`), which is logged once.
+    """Load the raw training examples of `source` (by default the recipe's one training source): the columns
+    `text_columns` plus those of `optional_columns` the source has (e.g. supervised SimCSE's `hard_neg`), every one of
+    them required in each kept row, read under the names `method_columns` gives (a list entry's `columns`,
+    sentence-transformers' names). Returns them with the account of what loading repaired and dropped (results.json's
+    `train.data_cleaning`), which is logged once.
 
     `.txt` files give one sentence per line; `.csv`/`.json(l)` files and `datasets` ids must contain the requested
     columns. Defects of a local file are repaired, dropped or refused as `hf_sentcl.data.checks` says; rows without
-    text are dropped (and counted) from every source.
+    text are dropped (and counted) from every source. `max_train_samples` and `train_subset_size` apply per source.
     """
-    dataset, source, scan = _raw_training_data(data_args, text_columns)
-    read_from = method_columns(source, dataset.column_names, text_columns, optional_columns, data_args.text_column)
-    renamed = {column: name for column, name in read_from.items() if column != name}
-    for column, name in renamed.items():
-        dataset = dataset.rename_column(name, column)
-    columns = text_columns + tuple(c for c in optional_columns if c in dataset.column_names and c not in text_columns)
-    dataset = dataset.select_columns(list(columns))
+    source = source or the_one_source(data_args)
+    dataset, described, scan = _raw_training_data(data_args, source, text_columns)
+    read_from = method_columns(described, dataset.column_names, text_columns, optional_columns,
+                               data_args.text_column, mapping=source.column_map)
+    dataset = take_columns(dataset, read_from)
+    columns = tuple(read_from)
+    hub_file = source.key == "train_file" and is_hub_uri(source.location)
     if scan is not None and scan.format in ("text", "csv"):
-        file_columns = None if scan.format == "text" else tuple(renamed.get(c, c) for c in columns)
+        file_columns = None if scan.format == "text" else tuple(read_from[c] for c in columns)
         report = scan.cleaning(file_columns, max_text_chars(data_args.max_seq_length))
-        report.source = source
-        if is_hub_uri(data_args.train_file):
-            report.file = data_args.train_file
+        report.source = described
+        if hub_file:
+            report.file = source.location
         dataset = clean_texts(dataset, columns, report)
         if len(dataset) != report.rows_kept:  # the check and the loader parsed the file differently: say so
-            logger.warning("%s: loading kept %d rows where the check counted %d.", source, len(dataset),
+            logger.warning("%s: loading kept %d rows where the check counted %d.", described, len(dataset),
                            report.rows_kept)
             report.rows_kept = len(dataset)
     else:
         rows_read = len(dataset)
         dataset = drop_blank_rows(dataset, columns)
-        kind = "dataset" if data_args.dataset_name is not None else "unlabeled_sts"
-        report = DataCleaning.for_source(source, kind if scan is None else scan.format, rows_read, len(dataset))
+        kind = "dataset" if source.key == "dataset_name" else "unlabeled_sts"
+        report = DataCleaning.for_source(described, kind if scan is None else scan.format, rows_read, len(dataset))
         if scan is not None:
-            report.file = data_args.train_file if is_hub_uri(data_args.train_file) else scan.path.name
+            report.file = source.location if hub_file else scan.path.name
     report.log()
     if data_args.max_train_samples is not None:
         dataset = dataset.select(range(min(data_args.max_train_samples, len(dataset))))
     dataset = random_subset(dataset, data_args.train_subset_size, data_args.train_subset_seed)
     if len(dataset) == 0:
-        raise ValueError(f"{source} contains no usable (non-empty) training examples.")
+        raise ValueError(f"{described} contains no usable (non-empty) training examples.")
     return dataset, report
 
 
-def _raw_training_data(data_args: DataArguments, text_columns: tuple[str, ...]) -> tuple[Dataset, str, FileScan | None]:
+def the_one_source(data_args: DataArguments) -> TrainingSource:
+    """The recipe's training source where it has one (`the_training_sources`); ValueError for several (a mixed run
+    loads each one by one)."""
+    sources = the_training_sources(data_args)
+    if len(sources) != 1:
+        raise ValueError(f"the recipe names {len(sources)} datasets; load each of them (`source=`) and mix them "
+                         "(`hf_sentcl.data.mixing`).")
+    return sources[0]
+
+
+def take_columns(dataset: Dataset, read_from: dict[str, str]) -> Dataset:
+    """`dataset` with only the columns `read_from` names (method column -> the dataset's), under the method's names:
+    renamed where each dataset column feeds one method column, copied where one feeds several ({sent0: text,
+    sent1: text})."""
+    if len(set(read_from.values())) == len(read_from):
+        for column, name in read_from.items():
+            if column != name:
+                dataset = dataset.rename_column(name, column)
+        return dataset.select_columns(list(read_from))
+    return dataset.map(lambda batch: {c: batch[name] for c, name in read_from.items()}, batched=True,
+                       remove_columns=dataset.column_names, desc="Mapping columns")
+
+
+def _raw_training_data(
+    data_args: DataArguments, source: TrainingSource, text_columns: tuple[str, ...]
+) -> tuple[Dataset, str, FileScan | None]:
     """The source's rows as read, its description, and the file's scan (None for other sources)."""
-    the_text_source(data_args)
-    if data_args.unlabeled_sts is not None:
+    if source.key == "unlabeled_sts":
         if text_columns != ("text",):
             raise ValueError(f"unlabeled_sts gives single sentences; this method needs columns {text_columns}.")
-        sentences = unlabeled_sts_sentences(data_args.sts_data_dir, data_args.unlabeled_sts)
-        return Dataset.from_dict({"text": sentences}), f"unlabeled_sts '{data_args.unlabeled_sts}'", None
-    if data_args.train_file is not None:
-        path = check_train_file(data_args.train_file)
+        sentences = unlabeled_sts_sentences(data_args.sts_data_dir, source.location)
+        return Dataset.from_dict({"text": sentences}), f"unlabeled_sts '{source.location}'", None
+    if source.key == "train_file":
+        path = check_train_file(source.location)
         scan = scan_data_file(path)
-        source = f"train_file '{data_args.train_file if is_hub_uri(data_args.train_file) else path}'"
-        return load_data_file(path, scan), source, scan
-    dataset = load_dataset(data_args.dataset_name, data_args.dataset_config_name, split=data_args.dataset_split)
-    return dataset, f"dataset '{data_args.dataset_name}'", None
+        described = f"train_file '{source.location if is_hub_uri(source.location) else path}'"
+        return load_data_file(path, scan), described, scan
+    dataset = load_dataset(source.location, source.config, split=source.split)
+    return dataset, f"dataset '{source.location}'", None
 
 
 def float_scores(dataset: Dataset, column: str, source: str, first_line: int | None = None) -> list[float]:
@@ -323,6 +378,11 @@ def tokenize_views(
         remove_columns=dataset.column_names,
         desc="Tokenising training text",
     )
+
+
+#: transformers' samplers that batch examples by length (they need a length column; a mixed run draws each batch
+#: from one dataset instead)
+LENGTH_SAMPLERS = ("group_by_length", "batch_rebalance")
 
 
 def add_length_column(dataset: Dataset, num_views: int, column: str = "length") -> Dataset:

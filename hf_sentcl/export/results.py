@@ -170,8 +170,9 @@ def hub_model_id(name_or_path: str | None) -> str | None:
 
 def training_datasets(results: Mapping[str, Any]) -> list[str] | None:
     """Hub dataset ids of the training data, only as the run declared them: a `dataset_name` that is a Hub id, the
-    STS sets of `unlabeled_sts`, an `hf://datasets/ORG/NAME/...` file (`train_file`, an NLI file) and an NLI
-    `datasets` id. Never guessed from a local file's name: a user's own `wiki1m_subset.txt` is not SimCSE's dataset."""
+    STS sets of `unlabeled_sts`, an `hf://datasets/ORG/NAME/...` file (`train_file`, an NLI file), an NLI
+    `datasets` id, and those of each dataset of a mixed run. Never guessed from a local file's name: a user's own
+    `wiki1m_subset.txt` is not SimCSE's dataset."""
     data = results.get("training_data") or {}
     source, name = data.get("source"), str(data.get("name") or "")
     if source == "dataset_name" and is_hub_dataset_id(name):
@@ -183,6 +184,10 @@ def training_datasets(results: Mapping[str, Any]) -> list[str] | None:
         return [uri.group(1)]
     if source == NLI_SOURCE_KEY and (hub := re.fullmatch(r"dataset '([^']+)'.*", name)) and is_hub_dataset_id(hub[1]):
         return [hub.group(1)]
+    if source == "mixed":  # several datasets, each as a single one of its key would be declared
+        found = [training_datasets({"training_data": {"source": entry["key"], "name": entry["name"]}})
+                 for entry in data.get("datasets", [])]
+        return list(dict.fromkeys(d for ids in found if ids for d in ids)) or None
     return None
 
 

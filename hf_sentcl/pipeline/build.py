@@ -9,17 +9,17 @@ from typing import Any
 from datasets import Dataset
 from transformers import AutoConfig
 
+from hf_sentcl.configs.sources import TrainingSource
 from hf_sentcl.data import add_length_column
+from hf_sentcl.data.cleaning import DataCleaning
 from hf_sentcl.data.collators import tokenized_views
-from hf_sentcl.data.corpus import load_training_data
+from hf_sentcl.data.corpus import LENGTH_SAMPLERS, load_training_data
+from hf_sentcl.data.mixing import MixedBatchSampler, MixedCollator, MixedViews
 from hf_sentcl.modeling import SentenceEncoder
 from hf_sentcl.modeling.backbone import resolve_model_name
 from hf_sentcl.recipe.parser import Recipe
 from hf_sentcl.recipe.plan import StagePlan, plan_run
 from hf_sentcl.registry import get_method
-
-#: transformers' samplers that batch examples by length (they need a length column)
-LENGTH_SAMPLERS = ("group_by_length", "batch_rebalance")
 
 
 def dropout_overrides(name_or_path: str, probability: float) -> dict[str, float]:
@@ -73,20 +73,42 @@ def build_train_data(stage: StagePlan, tokenizer) -> TrainData:
     """Load and tokenise a stage's training data (the method's own, or its text source's columns), with the account
     of the rows repaired and dropped on the way."""
     recipe, custom = stage.recipe, stage.train_data
-    spec = get_method(recipe.method)
     if custom is not None:
         dataset, num_views, collator = custom.build(tokenizer)
         cleaning = getattr(custom, "cleaning", None)  # a method's own data may account for itself (NLITrainData)
+    elif len(stage.training_sources) > 1:
+        return mixed_train_data(stage, tokenizer)
     else:
-        # optional columns the file has (hard_neg) are required in every row: a triplet without its hard negative
-        # is dropped and counted rather than tokenised as None
-        raw, cleaning = load_training_data(recipe.data, spec.required_columns, spec.optional_text_columns)
-        columns = spec.text_columns + tuple(c for c in spec.optional_text_columns if c in raw.column_names)
-        dataset, collator = tokenized_views(
-            raw, tokenizer, columns, recipe.data.max_seq_length, spec.score_column, cleaning.source,
-            recipe.data.preprocessing_num_workers, recipe.data.pad_to_multiple_of,
-        )
-        num_views = len(columns)
+        dataset, num_views, collator, cleaning = source_views(recipe, stage.training_sources[0], tokenizer)
     if recipe.training.train_sampling_strategy in LENGTH_SAMPLERS:
         dataset = add_length_column(dataset, num_views, recipe.training.length_column_name)
     return TrainData(dataset, num_views, collator, cleaning.as_dict() if cleaning is not None else None)
+
+
+def source_views(recipe: Recipe, source: TrainingSource, tokenizer) -> tuple[Dataset, int, Callable, DataCleaning]:
+    """One training source's rows tokenised into the method's views: the dataset, its number of views, its collator
+    and the account of the rows repaired and dropped."""
+    spec = get_method(recipe.method)
+    # optional columns the file has (hard_neg) are required in every row: a triplet without its hard negative
+    # is dropped and counted rather than tokenised as None
+    raw, cleaning = load_training_data(recipe.data, spec.required_columns, spec.optional_text_columns, source)
+    columns = spec.text_columns + tuple(c for c in spec.optional_text_columns if c in raw.column_names)
+    dataset, collator = tokenized_views(
+        raw, tokenizer, columns, recipe.data.max_seq_length, spec.score_column, cleaning.source,
+        recipe.data.preprocessing_num_workers, recipe.data.pad_to_multiple_of,
+    )
+    return dataset, len(columns), collator, cleaning
+
+
+def mixed_train_data(stage: StagePlan, tokenizer) -> TrainData:
+    """Several training sources, each tokenised on its own, drawn batch by batch (`hf_sentcl.data.mixing`); the
+    account of what loading repaired and dropped is kept per dataset (`sources`, by name)."""
+    built = [source_views(stage.recipe, source, tokenizer) for source in stage.training_sources]
+    names = [source.name for source in stage.training_sources]
+    dataset = MixedViews([b[0] for b in built], names, stage.recipe.data.mixing or "proportional")
+    args = stage.args  # each dataset fills one draw (a Hub dataset's size is known only now): ValueError naming it
+    MixedBatchSampler(dataset.sizes, args.per_device_train_batch_size, dataset.policy, group=max(args.world_size, 1),
+                      names=names)
+    collator = MixedCollator([b[2] for b in built])
+    cleaning = {"sources": {name: b[3].as_dict() for name, b in zip(names, built)}}
+    return TrainData(dataset, max(b[1] for b in built), collator, cleaning)

@@ -358,9 +358,10 @@ def training_results(stage: Stage, train_output, parameters: dict[str, Any]) -> 
             "best_dev_stsb_spearman": trainer.state.best_metric,
             **trainer.training_cost(),
             **parameters,
-            # every logged training loss and gradient norm, unrounded (e.g. to compare runs on 1 and N processes)
+            # every logged training loss and gradient norm, unrounded (e.g. to compare runs on 1 and N processes),
+            # and with several datasets each one's loss (loss_<name>)
             "loss_curve": [
-                {key: e[key] for key in ("step", "loss", "grad_norm") if key in e}
+                {key: e[key] for key in e if key in ("step", "loss", "grad_norm") or key.startswith("loss_")}
                 for e in trainer.state.log_history if "loss" in e
             ],
             # every STS-B dev evaluation: step, eval_stsb_spearman, eval_alignment, eval_uniformity, ...

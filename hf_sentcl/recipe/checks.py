@@ -5,8 +5,9 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
+from hf_sentcl.configs.sources import TrainingSource
 from hf_sentcl.data.checks import count_train_examples
-from hf_sentcl.data.corpus import check_train_columns, check_train_file, the_text_source
+from hf_sentcl.data.corpus import LENGTH_SAMPLERS, check_train_columns, check_train_file
 from hf_sentcl.evaluation.mteb import license_problem
 from hf_sentcl.evaluation.suites import check_suites
 from hf_sentcl.evaluation.transfer import check_transfer_files
@@ -42,7 +43,7 @@ def validate_recipe(recipe: Recipe) -> RunPlan:
     if "transfer" in recipe.data.eval_tasks:
         check_transfer_files(data_dir)
     check_publishing(recipe)
-    check_train_text(recipe, plan.negatives_batch)  # last: it reads the whole file
+    check_train_text(plan)  # last: it reads the whole file
     return plan
 
 
@@ -78,17 +79,19 @@ def check_stages(plan: RunPlan) -> None:
 
 
 def check_training_source(plan: RunPlan) -> None:
-    """Exactly one text source where a stage reads one, and none beside a method that trains on its own data only."""
+    """The training sources a stage reads (one, or several datasets listed: `plan.training_sources`, whose rule
+    `plan_run` applied), none beside a method that trains on its own data only, and no length sampler beside mixing."""
     recipe, sources = plan.recipe, list(plan.text_sources)
     if plan.own_data_only and sources:
         own = ", ".join(dict.fromkeys(stage.train_data.source_key for stage in plan.stages))
         raise RecipeError(f"{recipe.source}: method '{recipe.method}' trains on its '{own}' here; {sources} would be "
                           "unused: remove it, or unset the method's own data key.")
-    if not plan.own_data_only:
-        try:
-            the_text_source(recipe.data)
-        except ValueError as err:
-            raise RecipeError(f"{recipe.source}: {err}") from None
+    mixed = len(plan.training_sources) > 1
+    if mixed and recipe.training.train_sampling_strategy in LENGTH_SAMPLERS:
+        strategy = recipe.training.train_sampling_strategy
+        raise RecipeError(f"{recipe.source}: key 'train_sampling_strategy' is '{strategy}'"
+                          ", which batches one dataset by length; with several datasets each batch is drawn from one "
+                          "dataset by 'mixing'. Remove the key (or train on one dataset).")
 
 
 def warn_unbounded_compilation(recipe: Recipe) -> None:
@@ -158,28 +161,45 @@ def check_backbone(recipe: Recipe) -> None:
             raise RecipeError(f"{recipe.source}: {err}") from None
 
 
-def check_train_text(recipe: Recipe, global_batch: int) -> None:
-    """A local train_file exists, is UTF-8 with usable examples, has the columns the method reads, and fills at
-    least one global batch (a smaller one trains on fewer in-batch negatives than the recipe says, and one example
-    on none at all: loss 0)."""
+def check_train_text(plan: RunPlan) -> None:
+    """Each local training file exists, is UTF-8 with usable examples, has the columns the method reads (under its
+    own names, sentence-transformers' or the entry's `columns` mapping), and fills at least one global batch (a
+    smaller one trains on fewer in-batch negatives than the recipe says, and one example on none at all: loss 0).
+    With several datasets, each must fill one global batch: every batch is drawn from one dataset."""
+    recipe = plan.recipe
+    for source in plan.training_sources:
+        if source.key == "train_file":
+            check_source_file(recipe, source, plan.negatives_batch, mixed=len(plan.training_sources) > 1)
+
+
+def check_source_file(recipe: Recipe, source: TrainingSource, global_batch: int, mixed: bool) -> None:
+    """One training file of `check_train_text`, named by its entry in the recipe's list when there are several."""
+    spec = get_method(recipe.method)
     try:
-        path = check_train_file(recipe.data.train_file)
-        if path is not None:  # the loader's rule (`method_columns`), before the model loads rather than after
-            spec = get_method(recipe.method)
-            check_train_columns(path, spec.required_columns, spec.optional_text_columns, recipe.data.text_column,
-                                reader=f"method '{recipe.method}'", score_column=spec.score_column)
+        path = check_train_file(source.location)
+        # the loader's rule (`method_columns`), before the model loads rather than after
+        check_train_columns(path, spec.required_columns, spec.optional_text_columns, recipe.data.text_column,
+                            reader=f"method '{recipe.method}'", score_column=spec.score_column,
+                            mapping=source.column_map)
     except ValueError as err:
-        raise RecipeError(f"{recipe.source}: {err}") from None
-    if path is None:
-        return
+        where = f"{source.entry}: " if source.index is not None else ""
+        raise RecipeError(f"{recipe.source}: {where}{err}") from None
     examples = count_train_examples(path)
     kept = min(examples, recipe.data.max_train_samples or examples)
     if kept < global_batch:
         limit = f", max_train_samples keeps {kept}" if kept < examples else ""
+        batch = (f"one global batch of {global_batch} (per_device_train_batch_size "
+                 f"{recipe.training.per_device_train_batch_size} x {max(recipe.training.world_size, 1)} process(es))")
+        if mixed:
+            raise RecipeError(
+                f"{recipe.source}: {source.entry} (dataset '{source.name}') has {examples} usable example(s){limit}: "
+                f"fewer than {batch}. With several datasets every batch is drawn from one of them (mixing "
+                f"'{recipe.data.mixing or 'proportional'}'), so each must fill a batch. Add text to it, remove it "
+                "from the list, or lower the batch size."
+            )
         raise RecipeError(
-            f"{recipe.source}: train_file '{path}' has {examples} usable example(s){limit}: fewer than one global "
-            f"batch of {global_batch} (per_device_train_batch_size {recipe.training.per_device_train_batch_size} x "
-            f"{max(recipe.training.world_size, 1)} process(es)). Add training text or lower the batch size."
+            f"{recipe.source}: train_file '{path}' has {examples} usable example(s){limit}: fewer than {batch}. Add "
+            "training text or lower the batch size."
         )
 
 

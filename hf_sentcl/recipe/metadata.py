@@ -85,9 +85,14 @@ def non_default_settings(recipe: Recipe) -> dict[str, Any]:
     return settings
 
 
-def public_file_name(path: str) -> str:
+def public_file_name(path: Any) -> Any:
     """A training file as a card may name it: an `hf://` address whole (public, and the card's `datasets:` reads
-    the dataset id from it), a local file by its name alone (its folders are nobody else's business)."""
+    the dataset id from it), a local file by its name alone (its folders are nobody else's business); a list of
+    them (several datasets) entry by entry, a mapping entry with its `path` so reduced."""
+    if isinstance(path, list):
+        return [public_file_name(entry) for entry in path]
+    if isinstance(path, dict):
+        return {**path, "path": public_file_name(path["path"])} if "path" in path else path
     return path if str(path).startswith("hf://") else Path(os.path.expandvars(path)).name
 
 
@@ -99,13 +104,19 @@ def training_data_summary(stage: StagePlan, num_examples: int | None, text_colum
     declared = {}
     if own_data is not None:
         source, name = own_data.source_key, own_data.description
+    elif len(stage.training_sources) > 1:  # several datasets: each named, files as a card may name them
+        listed = [{"key": s.key, "name": public_file_name(s.location) if s.key == "train_file" else s.location}
+                  for s in stage.training_sources]
+        source, name = "mixed", ", ".join(entry["name"] for entry in listed)
+        declared["datasets"] = listed
     elif data.train_file is not None:
-        source, name = "train_file", public_file_name(data.train_file)
-        provenance = read_provenance(data.train_file)
+        location = stage.training_sources[0].location if stage.training_sources else data.train_file
+        source, name = "train_file", public_file_name(location)
+        provenance = read_provenance(location)
         if MTEB_DATASETS_KEY in provenance:
             declared[MTEB_DATASETS_KEY] = provenance[MTEB_DATASETS_KEY]
     elif data.dataset_name is not None:
-        source, name = "dataset_name", data.dataset_name
+        source, name = "dataset_name", stage.training_sources[0].location if stage.training_sources else None
     else:
         source, name = "unlabeled_sts", data.unlabeled_sts
     return {

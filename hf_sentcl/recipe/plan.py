@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_sentcl.configs.precision import eval_mixed_precision
+from hf_sentcl.configs.sources import TrainingSource, the_training_sources
 from hf_sentcl.data.corpus import text_sources
 from hf_sentcl.evaluation.glue import GlueSettings
 from hf_sentcl.evaluation.suites import suite_settings
@@ -37,6 +38,9 @@ class StagePlan:
     #: source's columns
     train_data: Any | None
     eval_mixed: bool  #: whether evaluation (dev and final) encodes under mixed precision (`eval_mixed_precision`)
+    #: the datasets the stage's text is read from, one per dataset, each named (`hf_sentcl.configs.sources`); () when
+    #: the stage trains on the method's own data
+    training_sources: tuple[TrainingSource, ...] = ()
 
     @property
     def args(self):
@@ -77,6 +81,11 @@ class RunPlan:
         return self.recipe.training.resolved_precision
 
     @property
+    def training_sources(self) -> tuple[TrainingSource, ...]:
+        """The datasets the stages read text from, one per dataset (a chained method's stages may share them)."""
+        return tuple(dict.fromkeys(source for stage in self.stages for source in stage.training_sources))
+
+    @property
     def own_data_only(self) -> bool:
         """Whether every stage trains on the method's own data (no text source is read)."""
         return all(stage.train_data is not None for stage in self.stages)
@@ -97,11 +106,17 @@ def plan_run(recipe: Recipe) -> RunPlan:
         negatives_batch = spec.trainer_class.check_global_batch(recipe.training)
         whitening, glue = suite_settings(recipe.data)
         stage_recipes = spec.stages(recipe)
-        stages = tuple(
-            StagePlan(recipe=stage, number=number, of=len(stage_recipes), train_data=spec.train_data(stage),
-                      eval_mixed=eval_mixed_precision(stage.data, stage.training))
-            for number, stage in enumerate(stage_recipes, start=1)
-        )
+        stages = tuple(stage_plan(spec, stage, number, len(stage_recipes))
+                       for number, stage in enumerate(stage_recipes, start=1))
     except ValueError as err:
         raise RecipeError(f"{recipe.source}: {err}") from None
     return RunPlan(recipe, stages, tuple(text_sources(recipe.data)), negatives_batch, tuple(whitening), glue)
+
+
+def stage_plan(spec: MethodSpec, stage: Recipe, number: int, of: int) -> StagePlan:
+    """One stage's plan: its own data, or the training sources its text is read from (ValueError when it sets none
+    or several single ones, `the_training_sources`)."""
+    own = spec.train_data(stage)
+    return StagePlan(recipe=stage, number=number, of=of, train_data=own,
+                     eval_mixed=eval_mixed_precision(stage.data, stage.training),
+                     training_sources=() if own is not None else the_training_sources(stage.data))

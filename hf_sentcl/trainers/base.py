@@ -66,6 +66,7 @@ from hf_sentcl.trainers.direct import direct_use
 from hf_sentcl.trainers.durable import DurableCheckpoints, MasterWeightsSave
 from hf_sentcl.trainers.guide import Guide
 from hf_sentcl.trainers.length_buckets import forward_in_length_buckets
+from hf_sentcl.trainers.mixing import MixedSources
 
 
 def scale_gradient(loss: torch.Tensor, factor: float) -> torch.Tensor:
@@ -143,7 +144,7 @@ class ViewsOutput:
     components: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
-class ContrastiveTrainer(DurableCheckpoints, MasterWeightsSave, Trainer):
+class ContrastiveTrainer(MixedSources, DurableCheckpoints, MasterWeightsSave, Trainer):
     """Base trainer: stack all views into one forward pass, gather across processes, call the method's loss.
 
     Args (beyond `Trainer`'s):
@@ -410,13 +411,15 @@ class ContrastiveTrainer(DurableCheckpoints, MasterWeightsSave, Trainer):
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         """`Trainer.training_step`, or the cached step (`hf_sentcl.trainers.cached`) when `mini_batch_size` splits
-        the batch."""
+        the batch. A batch of a mixed run (several datasets) logs its loss under its dataset's name too."""
+        source = self.batch_source(inputs)
         if self.uses_cached_step(inputs):
             loss = cached_training_step(self, model, inputs)
         else:
             loss = super().training_step(model, inputs, num_items_in_batch)
         # a flag on the device, read at logging/evaluation/save steps (see hf_sentcl.modeling.health)
         self.nonfinite_loss.update(loss, self.state.global_step)
+        self.record_source_loss(source, loss)
         return loss
 
     # ------------------------------------------------------------------ logging of loss components

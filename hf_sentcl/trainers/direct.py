@@ -10,7 +10,7 @@ from collections.abc import Callable
 from datasets import Dataset
 
 from hf_sentcl.data.collators import tokenized_views
-from hf_sentcl.data.corpus import VIEW_PREFIX, method_columns
+from hf_sentcl.data.corpus import VIEW_PREFIX, method_columns, take_columns
 from hf_sentcl.modeling import SentenceEncoder
 from hf_sentcl.registry import METHODS, MethodSpec
 
@@ -38,9 +38,10 @@ def prepare_raw_dataset(trainer_class: type, model, dataset: Dataset,
     """`dataset`'s text columns tokenised for `trainer_class`'s method, and their collator; ValueError naming the
     columns the method reads when the dataset lacks one."""
     spec = method_of(trainer_class)
-    method_columns("train_dataset", dataset.column_names, spec.required_columns, spec.optional_text_columns,
-                   reader=f"method '{spec.name}'")
-    columns = spec.text_columns + tuple(c for c in spec.optional_text_columns if c in dataset.column_names)
+    read = method_columns("train_dataset", dataset.column_names, spec.required_columns, spec.optional_text_columns,
+                          reader=f"method '{spec.name}'")
+    dataset = take_columns(dataset, read)  # sentence-transformers' names (anchor, positive, ...) read as the method's
+    columns = spec.text_columns + tuple(c for c in spec.optional_text_columns if c in read)
     return tokenized_views(dataset, model.tokenizer, columns, max_seq_length, spec.score_column)
 
 

@@ -73,7 +73,7 @@ def test_supervised_simcse_on_foo_bar_baz_is_refused_before_the_model_loads(run_
 
 @pytest.mark.parametrize("name, header, method, missing", [
     ("pairs.csv", ["sent0", "hard_neg"], "simcse_sup", "has no column 'sent1'"),
-    ("pairs.tsv", ["anchor", "positive"], "simcse_sup", "has no columns 'sent0', 'sent1'"),
+    ("pairs.tsv", ["premise", "hypothesis"], "simcse_sup", "has no columns 'sent0', 'sent1'"),
     ("train.txt", None, "simcse_sup", "has no columns 'sent0', 'sent1': its columns are 'text'"),
     ("nli.csv", ["sentence", "label"], "simcse", "has no column 'text': its columns are 'sentence', 'label'"),
 ])
