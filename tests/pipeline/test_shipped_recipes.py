@@ -53,11 +53,26 @@ def overrides(recipe: dict, data: dict[str, Path]) -> list[str]:
     """The model, data and step overrides for a parsed recipe file: the data kinds it names, pointed here."""
     model = data["roberta" if "roberta" in str(recipe["model_name_or_path"]) else "bert"]
     where = ["--model_name_or_path", str(model), "--sts_data_dir", str(data["sts"]), *STEPS]
-    if "train_file" in recipe:
-        where += ["--train_file", str(data["triplets" if str(recipe["train_file"]).endswith(".csv") else "text"])]
+    if isinstance(recipe.get("train_file"), list):  # several datasets: each entry pointed here, its columns kept
+        where += ["--train_file", yaml.safe_dump([local_entry(entry, data) for entry in recipe["train_file"]],
+                                                 default_flow_style=True).strip()]
+    elif "train_file" in recipe:
+        where += ["--train_file", str(local_file(recipe["train_file"], data))]
     if "nli_source" in recipe:
         where += ["--nli_source", str(data["nli"])]
     return where
+
+
+def local_file(path: str, data: dict[str, Path]) -> Path:
+    """The local stand-in of a recipe's training file: the triplets for a CSV, the sentences for a text file."""
+    return data["triplets" if str(path).endswith(".csv") else "text"]
+
+
+def local_entry(entry: str | dict, data: dict[str, Path]) -> str | dict:
+    """A `train_file` list entry pointed at its local stand-in, with its other keys (the column mapping) kept."""
+    if isinstance(entry, dict):
+        return {**entry, "path": str(local_file(entry["path"], data))}
+    return str(local_file(entry, data))
 
 
 def test_the_glob_finds_the_launched_and_the_other_recipes():
@@ -78,3 +93,8 @@ def test_shipped_recipe_runs_to_its_export_on_one_process(name, data, tmp_path):
     assert (output / "run_complete.json").is_file() and (output / "export" / "README.md").is_file()
     assert results["export"] == {"path": str(output / "export")}  # results.json says where the export went
     check_export_reloads(output)
+    if isinstance(recipe.get("train_file"), list):  # the loss of each dataset drawn is logged beside the loss
+        logged = {key for entry in results["train"]["loss_curve"] for key in entry if key.startswith("loss_")}
+        local = [local_entry(entry, data) for entry in recipe["train_file"]]
+        named = {f"loss_{Path(entry['path'] if isinstance(entry, dict) else entry).stem}" for entry in local}
+        assert logged and logged <= named, (logged, named)
