@@ -129,14 +129,20 @@ def check_train_columns(
 ) -> None:
     """Before any model loads: the local training file `path` has the columns the method reads (`method_columns`,
     from the header its scan read: a .txt file's one column is `text`), and a number in its `score_column` on every
-    row (`float_scores`). A .json(l) file's keys are only known to its reader, so they are checked when it loads, by
-    the same rules."""
+    row (`float_scores`). A .json(l) file's keys are read from its first record (`first_row_columns`)."""
     scan = scan_data_file(path)
-    if scan.format in ("text", "csv"):
-        read = method_columns(f"train_file '{path}'", scan.header, text_columns, optional_columns, text_column,
-                              reader, mapping)
-        if scan.format == "csv" and score_column is not None:
-            float_scores(load_data_file(path, scan), read[score_column], f"train_file '{path}'", first_line=2)
+    header = scan.header if scan.format in ("text", "csv") else first_row_columns("json", data_files=str(path))
+    read = method_columns(f"train_file '{path}'", header, text_columns, optional_columns, text_column, reader, mapping)
+    if scan.format == "csv" and score_column is not None:
+        float_scores(load_data_file(path, scan), read[score_column], f"train_file '{path}'", first_line=2)
+
+
+def first_row_columns(path: str, name: str | None = None, split: str = "train", **kwargs: Any) -> list[str]:
+    """The columns of a dataset (a Hub id, a local folder, or a builder with its `data_files`) read from its first
+    example, streamed: what `method_columns` checks before any model loads, without loading the data (a JSON file's
+    keys and a Hub dataset's columns are otherwise known only once it has loaded). Empty when it has no example."""
+    stream = load_dataset(path, name, split=split, streaming=True, **kwargs)
+    return list(next(iter(stream), {}))
 
 
 #: the recipe keys that name training text; a recipe sets one of them

@@ -7,7 +7,13 @@ from pathlib import Path
 
 from hf_sentcl.configs.sources import TrainingSource
 from hf_sentcl.data.checks import count_train_examples
-from hf_sentcl.data.corpus import LENGTH_SAMPLERS, check_train_columns, check_train_file
+from hf_sentcl.data.corpus import (
+    LENGTH_SAMPLERS,
+    check_train_columns,
+    check_train_file,
+    first_row_columns,
+    method_columns,
+)
 from hf_sentcl.evaluation.mteb import license_problem
 from hf_sentcl.evaluation.suites import check_suites
 from hf_sentcl.evaluation.transfer import check_transfer_files
@@ -170,6 +176,24 @@ def check_train_text(plan: RunPlan) -> None:
     for source in plan.training_sources:
         if source.key == "train_file":
             check_source_file(recipe, source, plan.negatives_batch, mixed=len(plan.training_sources) > 1)
+        elif source.key == "dataset_name":
+            check_dataset_columns(recipe, source)
+
+
+def check_dataset_columns(recipe: Recipe, source: TrainingSource) -> None:
+    """A `dataset_name` source has the columns the method reads, from its first example streamed (a Hub id is read
+    over the network, or from the cache offline); its size is known once it has loaded (`build_train_data`)."""
+    spec = get_method(recipe.method)
+    label = f"dataset '{source.location}'" + (f" ({source.entry})" if source.index is not None else "")
+    try:
+        columns = first_row_columns(source.location, source.config, split=source.split)
+    except Exception as err:  # noqa: BLE001 - no such dataset, config or split, a Hub that cannot be reached
+        raise RecipeError(f"{recipe.source}: {label} cannot be read: {type(err).__name__}: {err}") from None
+    try:
+        method_columns(label, columns, spec.required_columns, spec.optional_text_columns, recipe.data.text_column,
+                       f"method '{recipe.method}'", source.column_map)
+    except ValueError as err:
+        raise RecipeError(f"{recipe.source}: {err}") from None
 
 
 def check_source_file(recipe: Recipe, source: TrainingSource, global_batch: int, mixed: bool) -> None:

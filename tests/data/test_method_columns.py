@@ -15,7 +15,7 @@ from hf_sentcl.cli.train import main
 from hf_sentcl.configs import DataArguments
 from hf_sentcl.data.corpus import load_training_data
 from hf_sentcl.recipe.checks import validate_recipe
-from hf_sentcl.recipe.parser import parse_recipe
+from hf_sentcl.recipe.parser import RecipeError, parse_recipe
 from hf_sentcl.registry import get_method
 
 BATCH = 4
@@ -116,3 +116,27 @@ def test_the_loader_applies_the_same_rule(tmp_path):
     data = write_table(tmp_path / "sentences.csv", ["id", "sentence"])
     dataset, _ = load_training_data(DataArguments(train_file=str(data), text_column="sentence"), ("text",))
     assert dataset.column_names == ["text"] and len(dataset) == 3 * BATCH
+
+
+def test_json_records_and_datasets_without_the_methods_columns_are_refused(run_recipe, tmp_path, tiny_bert_dir,
+                                                                          senteval_dir):
+    """A .jsonl file's keys and a `dataset_name` dataset's columns are read from their first example (streamed), so
+    they too are refused before any model loads; a dataset with the columns passes."""
+    jsonl = tmp_path / "train.jsonl"
+    jsonl.write_text("".join(f'{{"foo": "{s}"}}\n' for s in random_sentences(3 * BATCH, seed=1)))
+    code, err, recipe = run_recipe("simcse_sup", jsonl)
+    assert_refused(code, err, recipe, tmp_path)
+    assert f"train_file '{jsonl}' has no columns 'sent0', 'sent1': its columns are 'foo'" in err
+    folder = tmp_path / "pairs"
+    folder.mkdir()
+    write_table(folder / "train.csv", ["premise", "hypothesis"])
+    values = dict(method="simcse_sup", model_name_or_path=tiny_bert_dir, dataset_name=str(folder),
+                  sts_data_dir=senteval_dir, output_dir=tmp_path / "out", per_device_train_batch_size=BATCH)
+    with pytest.raises(RecipeError, match=rf"dataset '{folder}' has no columns 'sent0', 'sent1': its columns are "
+                                          r"'premise', 'hypothesis'"):
+        validate_recipe(parse_recipe(write_yaml_recipe(tmp_path, **values)))
+    with pytest.raises(RecipeError, match=r"dataset '.*missing' cannot be read"):
+        missing = {**values, "dataset_name": str(tmp_path / "missing")}
+        validate_recipe(parse_recipe(write_yaml_recipe(tmp_path, **missing)))
+    write_table(folder / "train.csv", ["anchor", "positive"])  # sentence-transformers' names: read as sent0, sent1
+    validate_recipe(parse_recipe(write_yaml_recipe(tmp_path, **values)))
