@@ -281,8 +281,9 @@ def test_shipped_recipes_validate_offline_from_the_hub_cache(hub_cache, repo_roo
         text = path.read_text()
         assert "HF_SENTCL_DATA}" not in text and "wiki1m_subset" not in text, path.name
         recipe = parse_recipe(path, ["--output_dir", "/tmp/unused"])
-        if recipe.data.train_file is not None:
-            assert recipe.data.train_file.startswith("hf://datasets/"), path.name
+        files = recipe.data.train_file if isinstance(recipe.data.train_file, list) else [recipe.data.train_file]
+        for entry in filter(None, files):  # a list entry is a path or a mapping with its path
+            assert (entry["path"] if isinstance(entry, dict) else entry).startswith("hf://datasets/"), path.name
         validate_recipe(recipe)
 
 

@@ -76,6 +76,7 @@ def test_recipe_peft_section(tmp_path, tiny_bert_dir):
     replace the mapping."""
     recipe = tmp_path / "lora.yaml"
     recipe.write_text(f"method: simcse\nmodel_name_or_path: {tiny_bert_dir}\noutput_dir: {tmp_path}\n"
+                      f"train_file: {tmp_path / 'train.txt'}\n"
                       "peft:\n  r: 4\n  lora_alpha: 16\n  target_modules: [query, key, value]\n")
     assert parse_recipe(recipe).model.peft == {"r": 4, "lora_alpha": 16, "target_modules": ["query", "key", "value"]}
     assert parse_recipe(recipe, ["--peft", "{r: 2}"]).model.peft == {"r": 2}
