@@ -133,3 +133,15 @@ def refusal(tmp_path, tiny_bert_dir, senteval_dir, **values):
 def test_refused_before_the_model_loads(tmp_path, tiny_bert_dir, senteval_dir, values, words):
     message = refusal(tmp_path, tiny_bert_dir, senteval_dir, **values)
     assert "streaming" in message and all(w in message for w in words), message
+
+
+def test_dataset_name_streams_through_load_dataset(tmp_path, tokenizer):
+    """`dataset_name` goes through `load_dataset(name, streaming=True)`, the call a Hub id takes (offline here: a
+    local dataset folder stands in for the id); its `sentence` column is read through `text_column`."""
+    folder = tmp_path / "my_dataset"
+    folder.mkdir()
+    (folder / "train.jsonl").write_text("".join(f'{{"sentence": "id{i} words", "n": {i}}}\n' for i in range(12)))
+    args = DataArguments(dataset_name=str(folder), streaming=True, text_column="sentence", max_seq_length=16)
+    dataset, columns = stream_views(args, ("text",), (), tokenizer, StreamSplit(4, 1, 0, 0, 1), 200)
+    assert columns == ("text",) and dataset.account.source == f"dataset '{folder}'"
+    assert ids(tokenizer, take(dataset, 8)) == [f"id{i}" for i in range(8)]
