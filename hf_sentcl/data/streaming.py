@@ -37,6 +37,8 @@ from hf_sentcl.hub.download import HubFile, hub_file_path, is_hub_uri
 
 #: rows held by the shuffle buffer when `buffer_size` is not set (datasets' own default)
 DEFAULT_BUFFER_SIZE = 10_000
+#: rows read from the `datasets` stream at a time
+READ_BATCH = 1_000
 
 
 @dataclass
@@ -171,9 +173,12 @@ class StreamedViews(torch.utils.data.IterableDataset):
         stream = stream.shuffle(seed=self.split.seed, buffer_size=self.split.buffer_size)
         stream.set_epoch(epoch)
         self.account.epochs_started += 1
-        for row in stream:
-            if (cleaned := self.account.clean(row, self.columns)) is not None:
-                yield cleaned
+        # `iter(batch_size=...)`, not `iter(stream)`: in a DataLoader worker the latter reads only the shards that
+        # datasets assigns to that worker (none but worker 0's for a one-file source); every worker reads it all here
+        for batch in stream.iter(batch_size=READ_BATCH):
+            for values in zip(*batch.values()):
+                if (cleaned := self.account.clean(dict(zip(batch, values)), self.columns)) is not None:
+                    yield cleaned
 
     def global_batches(self) -> Iterator[list[dict]]:
         """The endless sequence of global batches, epoch after epoch (an epoch's incomplete last one dropped)."""

@@ -145,3 +145,20 @@ def test_dataset_name_streams_through_load_dataset(tmp_path, tokenizer):
     dataset, columns = stream_views(args, ("text",), (), tokenizer, StreamSplit(4, 1, 0, 0, 1), 200)
     assert columns == ("text",) and dataset.account.source == f"dataset '{folder}'"
     assert ids(tokenizer, take(dataset, 8)) == [f"id{i}" for i in range(8)]
+
+
+def test_dataloader_workers_take_global_batches_in_turn(tmp_path, tokenizer):
+    """With 2 DataLoader workers (each tokenising every other global batch) the batches come in the order of the
+    stream read in the training process, resumed position included."""
+    import torch
+
+    corpus = numbered_corpus(tmp_path / "train.txt", 40)
+
+    def batches(workers, start=0):
+        dataset = views(corpus, tokenizer, 1)
+        dataset.start_batch = start
+        loader = torch.utils.data.DataLoader(dataset, batch_size=4, num_workers=workers, collate_fn=lambda b: b)
+        return [ids(tokenizer, batch) for batch in itertools.islice(loader, 7)]
+
+    assert batches(2) == batches(0)
+    assert batches(2, start=3) == batches(0)[3:] + batches(0, start=7)[:3]
