@@ -71,10 +71,10 @@ def child(recipe_path: str, train_file: str, output_dir: str, streaming: str = "
     pipeline_train.build_train_data = timed_build_train_data
 
     recipe = parse_recipe(
-        recipe_path, train_file=train_file, max_train_samples=None, max_steps=1, eval_strategy="no",
+        recipe_path, train_file=train_file, max_train_samples=None, max_steps=int(steps), eval_strategy="no",
         save_strategy="no", load_best_model_at_end=False, eval_before_training=False, output_dir=output_dir,
         report_to="none", disable_tqdm=True, logging_steps=1,
-        **({"streaming": True, "max_steps": int(steps)} if streaming == "1" else {"max_steps": int(steps)}),
+        **({"streaming": True} if streaming == "1" else {}),
     )
     imported = time.perf_counter() - started
     stage = pipeline_train.build_stage(plan_run(recipe))
@@ -145,7 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--streaming", action="store_true",
                         help="Measure `streaming: true`: seconds to 4 steps and peak memory per size, and steady-state "
                         "throughput against the pre-tokenised path on the smallest corpus (--throughput-steps).")
-    parser.add_argument("--throughput-steps", type=int, default=24, help="--streaming: steps of the throughput runs.")
+    parser.add_argument("--steps", type=int, default=1, help="Training steps of each measured run (not --streaming).")
+    parser.add_argument("--throughput-steps", type=int, default=24,
+                        help="--streaming: steps of the throughput runs (<= 4: none).")
     parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -163,10 +165,10 @@ def main(argv: list[str] | None = None) -> int:
         corpus = build_corpus(source, lines, workdir / f"wiki_{lines}.{args.format}")
         cache = workdir / f"cache_{lines}_{args.format}"
         shutil.rmtree(cache, ignore_errors=True)
-        first = measure(args.recipe, corpus, cache, workdir / "run")
-        rerun = measure(args.recipe, corpus, cache, workdir / "run")
+        first = measure(args.recipe, corpus, cache, workdir / "run", steps=args.steps)
+        rerun = measure(args.recipe, corpus, cache, workdir / "run", steps=args.steps)
         rows.append({"lines": lines, "first": first, "rerun": rerun})
-        print(f"{lines:>9,} lines: first run {first['first_step_done_s']:.1f} s to the first step "
+        print(f"{lines:>9,} lines: first run {first['first_step_done_s']:.1f} s to step {args.steps} "
               f"(data {first['data_s']:.1f} s), peak {first['peak_rss_mib']:,.0f} MiB; rerun "
               f"{rerun['first_step_done_s']:.1f} s (data {rerun['data_s']:.1f} s), "
               f"peak {rerun['peak_rss_mib']:,.0f} MiB",
@@ -189,6 +191,20 @@ def throughput(run: dict, after: int = 4) -> float:
     return 64 * (len(ends) - after) / (ends[-1] - ends[after - 1])
 
 
+def steady_state(args, corpus: Path, workdir: Path) -> dict[str, float]:
+    """Examples/s after step 4 of the pre-tokenised path (its tokenised cache made first) and of the stream."""
+    cache = workdir / f"cache_throughput_{args.format}"
+    shutil.rmtree(cache, ignore_errors=True)
+    measure(args.recipe, corpus, cache, workdir / "run", steps=1)  # tokenised into the cache first
+    tokenised = measure(args.recipe, corpus, cache, workdir / "run", steps=args.throughput_steps)
+    streamed = measure(args.recipe, corpus, cache, workdir / "run", streaming=True, steps=args.throughput_steps)
+    speeds = {"pre_tokenised": throughput(tokenised), "streaming": throughput(streamed)}
+    print(f"steady state (steps 5-{args.throughput_steps}, {corpus.name}): pre-tokenised "
+          f"{speeds['pre_tokenised']:.1f} examples/s, streamed {speeds['streaming']:.1f} examples/s, ratio "
+          f"{speeds['streaming'] / speeds['pre_tokenised']:.3f}")
+    return speeds
+
+
 def streaming_main(args, source: Path, workdir: Path) -> int:
     """`--streaming`: the streamed path's seconds to 4 steps and peak per size; then both paths' steady state."""
     rows, corpora = [], []
@@ -199,15 +215,7 @@ def streaming_main(args, source: Path, workdir: Path) -> int:
         rows.append({"lines": lines, "streaming": run})
         print(f"{lines:>9,} lines streamed: 4 steps done at {run['step_done_s'][-1]:.1f} s (build {run['build_s']:.1f}"
               f" s, data {run['data_s']:.2f} s), peak {peaks(run)} MiB", flush=True)
-    cache = workdir / f"cache_throughput_{args.format}"
-    shutil.rmtree(cache, ignore_errors=True)
-    measure(args.recipe, corpora[0], cache, workdir / "run", steps=1)  # tokenised into the cache first
-    tokenised = measure(args.recipe, corpora[0], cache, workdir / "run", steps=args.throughput_steps)
-    streamed = measure(args.recipe, corpora[0], cache, workdir / "run", streaming=True, steps=args.throughput_steps)
-    speeds = {"pre_tokenised": throughput(tokenised), "streaming": throughput(streamed)}
-    print(f"steady state (steps 5-{args.throughput_steps}, {corpora[0].name}): pre-tokenised "
-          f"{speeds['pre_tokenised']:.1f} examples/s, streamed {speeds['streaming']:.1f} examples/s, ratio "
-          f"{speeds['streaming'] / speeds['pre_tokenised']:.3f}")
+    speeds = steady_state(args, corpora[0], workdir) if args.throughput_steps > 4 else None
     print("\n| lines | streamed: s to 4 steps | build s | of which data s | peak MiB (building / steps) |")
     print("|---:|---:|---:|---:|---:|")
     for r in rows:
