@@ -21,6 +21,7 @@ deterministic stream does not, at the cost of reading (not tokenising) the rows 
 
 from __future__ import annotations
 
+import csv
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -28,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from datasets import Features, Value, load_dataset
 from datasets import IterableDataset as RowStream
-from datasets import load_dataset
 
 from hf_sentcl.data.checks import FILE_BUILDERS
 from hf_sentcl.data.corpus import VIEW_PREFIX, _clean_text, method_columns
@@ -127,9 +128,11 @@ def open_row_stream(train_file: str | None, dataset_name: str | None, config: st
     if builder in ("text", "json"):
         extra["chunksize"] = READ_CHUNK_BYTES
     if builder == "csv":
-        extra.update(keep_default_na=False, na_filter=False, dtype=str)
-        if suffix == "tsv":
-            extra["delimiter"] = "\t"
+        delimiter = "\t" if suffix == "tsv" else ","
+        with open(train_file, encoding="utf-8", errors="replace", newline="") as file:  # the header line only
+            header = next(csv.reader(file, delimiter=delimiter), [])
+        extra.update(keep_default_na=False, na_filter=False, delimiter=delimiter,
+                     features=Features({name: Value("string") for name in header}))
     stream = load_dataset(builder, data_files=train_file, split="train", streaming=True, **extra)
     return stream, f"train_file '{train_file}'", builder
 

@@ -162,3 +162,18 @@ def test_dataloader_workers_take_global_batches_in_turn(tmp_path, tokenizer):
 
     assert batches(2) == batches(0)
     assert batches(2, start=3) == batches(0)[3:] + batches(0, start=7)[:3]
+
+
+def test_csv_pairs_stream_with_their_optional_column(tmp_path, tokenizer):
+    """A supervised .csv (sent0, sent1, hard_neg) streams as three views, cells read as text ("NA" stays "NA"); a row
+    with a blank cell is dropped and counted."""
+    corpus = tmp_path / "pairs.csv"
+    rows = [f"id{i} a,id{i} b,id{i} NA" for i in range(9)]
+    rows[4] = "id4 a,,id4 c"
+    corpus.write_text("sent0,sent1,hard_neg\n" + "\n".join(rows) + "\n")
+    args = DataArguments(train_file=str(corpus), streaming=True, max_seq_length=16)
+    dataset, columns = stream_views(args, ("sent0", "sent1"), ("hard_neg",), tokenizer, StreamSplit(4, 1, 0, 0, 1), 200)
+    examples = take(dataset, 8)
+    assert columns == ("sent0", "sent1", "hard_neg") and set(examples[0]) == {"view0", "view1", "view2"}
+    assert [e["view2"][0] for e in examples] == [0, 1, 2, 3, 5, 6, 7, 8]
+    assert dataset.account.counts["blank_lines_dropped"] == 1
