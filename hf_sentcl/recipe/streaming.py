@@ -66,3 +66,7 @@ def check_streaming(plan: RunPlan) -> None:
                        reader=f"method '{recipe.method}'")
     except (ValueError, FileNotFoundError) as err:
         raise RecipeError(f"{recipe.source}: {err}") from None
+    except ConnectionError as err:  # a Hub id offline or unreachable: datasets' own message says which
+        raise RecipeError(f"{recipe.source}: key 'dataset_name' with 'streaming: true': {err} A stream is read from "
+                          "the Hub while training: run where the Hub is reachable, or download the data and set "
+                          "'train_file'.") from None

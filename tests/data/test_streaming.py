@@ -177,3 +177,9 @@ def test_csv_pairs_stream_with_their_optional_column(tmp_path, tokenizer):
     assert columns == ("sent0", "sent1", "hard_neg") and set(examples[0]) == {"view0", "view1", "view2"}
     assert [e["view2"][0] for e in examples] == [0, 1, 2, 3, 5, 6, 7, 8]
     assert dataset.account.counts["blank_lines_dropped"] == 1
+
+
+def test_hub_id_offline_refused_naming_the_key(tmp_path, tiny_bert_dir, senteval_dir):
+    """A Hub id that cannot be reached (offline here) is refused before the model loads, naming dataset_name."""
+    message = refusal(tmp_path, tiny_bert_dir, senteval_dir, train_file=None, dataset_name="some-org/some-corpus")
+    assert "dataset_name" in message and "some-org/some-corpus" in message, message
