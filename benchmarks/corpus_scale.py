@@ -50,8 +50,9 @@ def build_corpus(source: Path, lines: int, path: Path) -> Path:
     return path
 
 
-def child(recipe_path: str, train_file: str, output_dir: str) -> dict:
-    """In this process: build the run on `train_file` and train one step; phases in seconds since the start."""
+def child(recipe_path: str, train_file: str, output_dir: str, streaming: str = "0", steps: str = "1") -> dict:
+    """In this process: build the run on `train_file` (streamed with `streaming` "1") and train `steps` steps; phases
+    in seconds since the start, and the seconds at the end of every step."""
     started = time.perf_counter()
     from hf_sentcl.pipeline import train as pipeline_train
     from hf_sentcl.recipe.parser import parse_recipe
@@ -70,17 +71,21 @@ def child(recipe_path: str, train_file: str, output_dir: str) -> dict:
     pipeline_train.build_train_data = timed_build_train_data
 
     recipe = parse_recipe(
-        recipe_path, train_file=train_file, max_train_samples=None, max_steps=1, eval_strategy="no",
+        recipe_path, train_file=train_file, max_train_samples=None, max_steps=int(steps), eval_strategy="no",
         save_strategy="no", load_best_model_at_end=False, eval_before_training=False, output_dir=output_dir,
         report_to="none", disable_tqdm=True, logging_steps=1,
+        **({"streaming": True} if streaming == "1" else {}),
     )
     imported = time.perf_counter() - started
     stage = pipeline_train.build_stage(plan_run(recipe))
     built = time.perf_counter() - started
     build_peak = high_water_mib()
+    step_ends = StepEnds(started)
+    stage.trainer.add_callback(step_ends)
     stage.trainer.train()
     train_peak = high_water_mib()
     return {
+        "step_done_s": step_ends.seconds,
         "imports_and_recipe_s": round(imported, 2),
         "build_s": round(built - imported, 2),  # model, corpus scan, loading, cleaning, tokenising, trainer
         "data_s": round(sum(data_seconds), 2),  # of which the training data
@@ -90,6 +95,21 @@ def child(recipe_path: str, train_file: str, output_dir: str) -> dict:
         "build_peak_rss_mib": round(build_peak, 1),
         "train_peak_rss_mib": round(train_peak, 1),
     }
+
+
+class StepEnds:
+    """A Trainer callback noting the seconds since `started` at the end of every step (data loading included)."""
+
+    def __init__(self, started: float) -> None:
+        self.started, self.seconds = started, []
+
+    def __getattr__(self, name: str):
+        if name.startswith("on_"):
+            return lambda *args, **kwargs: None
+        raise AttributeError(name)
+
+    def on_step_end(self, *args, **kwargs) -> None:
+        self.seconds.append(round(time.perf_counter() - self.started, 3))
 
 
 def peaks(run: dict) -> str:
@@ -105,9 +125,10 @@ def high_water_mib() -> float:
     return peak / 2**20 if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def measure(recipe: str, corpus: Path, cache: Path, output_dir: Path) -> dict:
+def measure(recipe: str, corpus: Path, cache: Path, output_dir: Path, streaming: bool = False, steps: int = 1) -> dict:
     env = {**os.environ, "HF_DATASETS_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
-    command = [sys.executable, __file__, "--child", recipe, str(corpus), str(output_dir)]
+    command = [sys.executable, __file__, "--child", recipe, str(corpus), str(output_dir), "1" if streaming else "0",
+               str(steps)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False, cwd=REPO)
     if done.returncode:
         raise SystemExit(f"{corpus.name}: the run failed:\n{done.stderr[-3000:]}")
@@ -121,7 +142,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--recipe", default=str(REPO / "recipes" / "quickstart.yaml"))
     parser.add_argument("--workdir", default="/tmp/hf_sentcl_corpus_scale")
     parser.add_argument("--output", default=None, help="Also write the measurements as JSON here.")
-    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--streaming", action="store_true",
+                        help="Measure `streaming: true`: seconds to 4 steps and peak memory per size, and steady-state "
+                        "throughput against the pre-tokenised path on the smallest corpus (--throughput-steps).")
+    parser.add_argument("--steps", type=int, default=1, help="Training steps of each measured run (not --streaming).")
+    parser.add_argument("--throughput-steps", type=int, default=24,
+                        help="--streaming: steps of the throughput runs (<= 4: none).")
+    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(child(*args.child)))
@@ -131,15 +158,17 @@ def main(argv: list[str] | None = None) -> int:
     source = resolve_data_dir(None).parent / "wiki1m_subset.txt"
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
+    if args.streaming:
+        return streaming_main(args, source, workdir)
     rows = []
     for lines in (int(n) for n in args.lines.split(",")):
         corpus = build_corpus(source, lines, workdir / f"wiki_{lines}.{args.format}")
         cache = workdir / f"cache_{lines}_{args.format}"
         shutil.rmtree(cache, ignore_errors=True)
-        first = measure(args.recipe, corpus, cache, workdir / "run")
-        rerun = measure(args.recipe, corpus, cache, workdir / "run")
+        first = measure(args.recipe, corpus, cache, workdir / "run", steps=args.steps)
+        rerun = measure(args.recipe, corpus, cache, workdir / "run", steps=args.steps)
         rows.append({"lines": lines, "first": first, "rerun": rerun})
-        print(f"{lines:>9,} lines: first run {first['first_step_done_s']:.1f} s to the first step "
+        print(f"{lines:>9,} lines: first run {first['first_step_done_s']:.1f} s to step {args.steps} "
               f"(data {first['data_s']:.1f} s), peak {first['peak_rss_mib']:,.0f} MiB; rerun "
               f"{rerun['first_step_done_s']:.1f} s (data {rerun['data_s']:.1f} s), "
               f"peak {rerun['peak_rss_mib']:,.0f} MiB",
@@ -153,6 +182,48 @@ def main(argv: list[str] | None = None) -> int:
               f"{g['first_step_done_s']:.1f} | {g['data_s']:.1f} | {peaks(g)} |")
     if args.output:
         Path(args.output).write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
+
+
+def throughput(run: dict, after: int = 4) -> float:
+    """Examples per second from the end of step `after` to the last step (data loading included), batch 64."""
+    ends = run["step_done_s"]
+    return 64 * (len(ends) - after) / (ends[-1] - ends[after - 1])
+
+
+def steady_state(args, corpus: Path, workdir: Path) -> dict[str, float]:
+    """Examples/s after step 4 of the pre-tokenised path (its tokenised cache made first) and of the stream."""
+    cache = workdir / f"cache_throughput_{args.format}"
+    shutil.rmtree(cache, ignore_errors=True)
+    measure(args.recipe, corpus, cache, workdir / "run", steps=1)  # tokenised into the cache first
+    tokenised = measure(args.recipe, corpus, cache, workdir / "run", steps=args.throughput_steps)
+    streamed = measure(args.recipe, corpus, cache, workdir / "run", streaming=True, steps=args.throughput_steps)
+    speeds = {"pre_tokenised": throughput(tokenised), "streaming": throughput(streamed)}
+    print(f"steady state (steps 5-{args.throughput_steps}, {corpus.name}): pre-tokenised "
+          f"{speeds['pre_tokenised']:.1f} examples/s, streamed {speeds['streaming']:.1f} examples/s, ratio "
+          f"{speeds['streaming'] / speeds['pre_tokenised']:.3f}")
+    return speeds
+
+
+def streaming_main(args, source: Path, workdir: Path) -> int:
+    """`--streaming`: the streamed path's seconds to 4 steps and peak per size; then both paths' steady state."""
+    rows, corpora = [], []
+    for lines in (int(n) for n in args.lines.split(",")):
+        corpus = build_corpus(source, lines, workdir / f"wiki_{lines}.{args.format}")
+        corpora.append(corpus)
+        run = measure(args.recipe, corpus, workdir / "cache_streaming", workdir / "run", streaming=True, steps=4)
+        rows.append({"lines": lines, "streaming": run})
+        print(f"{lines:>9,} lines streamed: 4 steps done at {run['step_done_s'][-1]:.1f} s (build {run['build_s']:.1f}"
+              f" s, data {run['data_s']:.2f} s), peak {peaks(run)} MiB", flush=True)
+    speeds = steady_state(args, corpora[0], workdir) if args.throughput_steps > 4 else None
+    print("\n| lines | streamed: s to 4 steps | build s | of which data s | peak MiB (building / steps) |")
+    print("|---:|---:|---:|---:|---:|")
+    for r in rows:
+        run = r["streaming"]
+        print(f"| {r['lines']:,} | {run['step_done_s'][-1]:.1f} | {run['build_s']:.1f} | {run['data_s']:.2f} | "
+              f"{peaks(run)} |")
+    if args.output:
+        Path(args.output).write_text(json.dumps({"sizes": rows, "throughput": speeds}, indent=2) + "\n")
     return 0
 
 

@@ -126,6 +126,17 @@ class DataArguments:
     train_subset_seed: int = field(
         default=0, metadata={"help": "Seed of the train_subset_size draw (independent of the training seed)."}
     )
+    streaming: bool = field(
+        default=False,
+        metadata={
+            "help": "Read train_file or dataset_name as a stream (datasets' streaming=True): rows repaired, shuffled "
+            "in a buffer of buffer_size rows and tokenised as training reads them, never held whole. Needs max_steps."
+        },
+    )
+    buffer_size: int | None = field(
+        default=None,
+        metadata={"help": "streaming: rows held by the shuffle buffer (unset: 10,000). Larger shuffles better."},
+    )
     max_seq_length: int = field(
         default=32, metadata={"help": "Truncation length of training sentences in tokens (3 to the model's limit)."}
     )
@@ -200,5 +211,7 @@ class DataArguments:
                 f"max_seq_length must be at least {MIN_SEQ_LENGTH} tokens ([CLS], a word, [SEP]), got "
                 f"{self.max_seq_length}."
             )
+        if self.buffer_size is not None and self.buffer_size < 1:
+            raise ValueError(f"buffer_size must be a positive number of rows, got {self.buffer_size}.")
         if self.max_train_samples is not None and self.max_train_samples < 1:
             raise ValueError(f"max_train_samples must be a positive number of examples, got {self.max_train_samples}.")

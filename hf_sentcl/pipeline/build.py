@@ -11,10 +11,11 @@ from transformers import AutoConfig
 
 from hf_sentcl.configs.sources import TrainingSource
 from hf_sentcl.data import add_length_column
-from hf_sentcl.data.cleaning import DataCleaning
-from hf_sentcl.data.collators import tokenized_views
+from hf_sentcl.data.cleaning import DataCleaning, max_text_chars
+from hf_sentcl.data.collators import ViewCollator, tokenized_views
 from hf_sentcl.data.corpus import LENGTH_SAMPLERS, load_training_data
 from hf_sentcl.data.mixing import MixedBatchSampler, MixedCollator, MixedViews
+from hf_sentcl.data.streaming import DEFAULT_BUFFER_SIZE, StreamSplit, stream_views
 from hf_sentcl.modeling import SentenceEncoder
 from hf_sentcl.modeling.backbone import resolve_model_name
 from hf_sentcl.recipe.parser import Recipe
@@ -73,6 +74,8 @@ def build_train_data(stage: StagePlan, tokenizer) -> TrainData:
     """Load and tokenise a stage's training data (the method's own, or its text source's columns), with the account
     of the rows repaired and dropped on the way."""
     recipe, custom = stage.recipe, stage.train_data
+    if custom is None and recipe.data.streaming:
+        return streamed_train_data(stage, tokenizer)
     if custom is not None:
         dataset, num_views, collator = custom.build(tokenizer)
         cleaning = getattr(custom, "cleaning", None)  # a method's own data may account for itself (NLITrainData)
@@ -112,3 +115,17 @@ def mixed_train_data(stage: StagePlan, tokenizer) -> TrainData:
     collator = MixedCollator([b[2] for b in built])
     cleaning = {"sources": {name: b[3].as_dict() for name, b in zip(names, built)}}
     return TrainData(dataset, max(b[1] for b in built), collator, cleaning)
+
+
+def streamed_train_data(stage: StagePlan, tokenizer) -> TrainData:
+    """`streaming: true`: this process's share of the text source as a stream (`hf_sentcl.data.streaming`), tokenised
+    as it is read, with the collator of the pre-tokenised path; its data account fills as the stream is read."""
+    recipe, spec = stage.recipe, get_method(stage.recipe.method)
+    args = recipe.training
+    split = StreamSplit(args.per_device_train_batch_size, max(args.world_size, 1), args.process_index,
+                        args.data_seed if args.data_seed is not None else args.seed,
+                        recipe.data.buffer_size or DEFAULT_BUFFER_SIZE)
+    dataset, columns = stream_views(recipe.data, spec.required_columns, spec.optional_text_columns, tokenizer, split,
+                                    max_text_chars(recipe.data.max_seq_length))
+    collator = ViewCollator(tokenizer, num_views=len(columns), pad_to_multiple_of=recipe.data.pad_to_multiple_of)
+    return TrainData(dataset, len(columns), collator, dataset.account)

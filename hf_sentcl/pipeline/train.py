@@ -104,7 +104,7 @@ class Stage:
     trainer: Any  # the method's ContrastiveTrainer
     suites: EvaluationSuites
     dev_evaluator: STSEvaluator
-    num_examples: int
+    num_examples: int | None
     num_views: int
     #: what loading the training data repaired and dropped (results.json's `train.data_cleaning`), when accounted
     data_cleaning: dict[str, Any] | None = None
@@ -234,7 +234,9 @@ def build_stage(plan: RunPlan, stage_plan: StagePlan | None = None) -> Stage:
     with args.main_process_first(desc="tokenising training data"):
         train_data = build_train_data(stage_plan, encoder.tokenizer)
     train_dataset, num_views, collator = train_data.dataset, train_data.num_views, train_data.collator
-    logger.info("Training on %d examples with %d text view(s) each.", len(train_dataset), num_views)
+    # a stream (`streaming: true`) has no length: its rows are counted as they are read (data_cleaning)
+    num_examples = len(train_dataset) if hasattr(train_dataset, "__len__") else None
+    logger.info("Training on %s examples with %d text view(s) each.", num_examples or "a stream of", num_views)
     eval_mixed = stage_plan.eval_mixed
     logger.info("Precision: training %s (precision: %s), evaluation %s.", args.resolved_precision,
                 args.precision or "from bf16/fp16", "mixed" if eval_mixed else "fp32")
@@ -255,7 +257,7 @@ def build_stage(plan: RunPlan, stage_plan: StagePlan | None = None) -> Stage:
         guide=guide,
     )
     print_logs_as_numbers(trainer)
-    return Stage(plan, stage_plan, encoder, trainer, suites, dev_evaluator, len(train_dataset), num_views,
+    return Stage(plan, stage_plan, encoder, trainer, suites, dev_evaluator, num_examples, num_views,
                  data_cleaning=train_data.data_cleaning)
 
 
@@ -367,9 +369,14 @@ def training_results(stage: Stage, train_output, parameters: dict[str, Any]) -> 
             # every STS-B dev evaluation: step, eval_stsb_spearman, eval_alignment, eval_uniformity, ...
             "dev_curve": [entry for entry in trainer.state.log_history if "eval_stsb_spearman" in entry],
             # rows read, kept, repaired and dropped while loading the training data (hf_sentcl.data.cleaning)
-            **({"data_cleaning": stage.data_cleaning} if stage.data_cleaning is not None else {}),
+            **({"data_cleaning": _as_dict(stage.data_cleaning)} if stage.data_cleaning is not None else {}),
         },
     }
+
+
+def _as_dict(cleaning: Any) -> dict[str, Any]:
+    """A data account as results.json holds it: a stream's (`StreamAccount`) is read at the end, when it is full."""
+    return cleaning.as_dict() if hasattr(cleaning, "as_dict") else cleaning
 
 
 def final_encoder(stage: Stage) -> SentenceEncoder:

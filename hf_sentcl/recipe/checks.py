@@ -25,6 +25,7 @@ from hf_sentcl.recipe.parser import Recipe, RecipeError
 from hf_sentcl.recipe.plan import RunPlan, plan_run
 from hf_sentcl.recipe.run_folder import check_run_folder
 from hf_sentcl.recipe.run_lock import hold_output_dir
+from hf_sentcl.recipe.streaming import check_streaming
 from hf_sentcl.registry import get_method
 
 
@@ -49,7 +50,10 @@ def validate_recipe(recipe: Recipe) -> RunPlan:
     if "transfer" in recipe.data.eval_tasks:
         check_transfer_files(data_dir)
     check_publishing(recipe)
-    check_train_text(plan)  # last: it reads the whole file
+    if recipe.data.streaming:  # a stream is checked from its first rows and repaired as it is read
+        check_streaming(plan)
+    else:
+        check_train_text(plan)  # last: it reads the whole file
     return plan
 
 

@@ -67,6 +67,7 @@ from hf_sentcl.trainers.durable import DurableCheckpoints, MasterWeightsSave
 from hf_sentcl.trainers.guide import Guide
 from hf_sentcl.trainers.length_buckets import forward_in_length_buckets
 from hf_sentcl.trainers.mixing import MixedSources
+from hf_sentcl.trainers.streaming import StreamingData
 
 
 def scale_gradient(loss: torch.Tensor, factor: float) -> torch.Tensor:
@@ -144,7 +145,7 @@ class ViewsOutput:
     components: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
-class ContrastiveTrainer(MixedSources, DurableCheckpoints, MasterWeightsSave, Trainer):
+class ContrastiveTrainer(StreamingData, MixedSources, DurableCheckpoints, MasterWeightsSave, Trainer):
     """Base trainer: stack all views into one forward pass, gather across processes, call the method's loss.
 
     Args (beyond `Trainer`'s):
