@@ -99,6 +99,12 @@ class MixedViews(TorchDataset):
     def __len__(self) -> int:
         return sum(self.sizes)
 
+    def sampler(self, batch_size: int, processes: int, seed: int = 0) -> MixedBatchSampler:
+        """The batch sampler that draws from these datasets by their policy: ValueError naming a dataset that
+        cannot fill one draw of `batch_size` x `processes` examples."""
+        return MixedBatchSampler(self.sizes, batch_size, self.policy, seed=seed, group=max(processes, 1),
+                                 names=self.names)
+
     def locate(self, index: int) -> tuple[int, int]:
         dataset = bisect.bisect_right(self.offsets, index) - 1
         return dataset, index - self.offsets[dataset]

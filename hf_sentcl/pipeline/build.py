@@ -14,7 +14,7 @@ from hf_sentcl.data import add_length_column
 from hf_sentcl.data.cleaning import DataCleaning, max_text_chars
 from hf_sentcl.data.collators import ViewCollator, tokenized_views
 from hf_sentcl.data.corpus import LENGTH_SAMPLERS, load_training_data
-from hf_sentcl.data.mixing import MixedBatchSampler, MixedCollator, MixedViews
+from hf_sentcl.data.mixing import MixedCollator, MixedViews
 from hf_sentcl.data.streaming import DEFAULT_BUFFER_SIZE, StreamSplit, stream_views
 from hf_sentcl.modeling import SentenceEncoder
 from hf_sentcl.modeling.backbone import resolve_model_name
@@ -110,8 +110,7 @@ def mixed_train_data(stage: StagePlan, tokenizer) -> TrainData:
     names = [source.name for source in stage.training_sources]
     dataset = MixedViews([b[0] for b in built], names, stage.recipe.data.mixing or "proportional")
     args = stage.args  # each dataset fills one draw (a Hub dataset's size is known only now): ValueError naming it
-    MixedBatchSampler(dataset.sizes, args.per_device_train_batch_size, dataset.policy, group=max(args.world_size, 1),
-                      names=names)
+    dataset.sampler(args.per_device_train_batch_size, args.world_size)
     collator = MixedCollator([b[2] for b in built])
     cleaning = {"sources": {name: b[3].as_dict() for name, b in zip(names, built)}}
     return TrainData(dataset, max(b[1] for b in built), collator, cleaning)

@@ -33,12 +33,12 @@ class MixedSources:
         if not isinstance(dataset, MixedViews):
             return super().get_train_dataloader()
         args = self.args
-        sampler = MixedBatchSampler(dataset.sizes, self._train_batch_size, dataset.policy, seed=args.seed,
-                                    group=max(args.world_size, 1), names=dataset.names)
-        if not any(isinstance(c, SamplerEpoch) for c in self.callback_handler.callbacks):
+        sampler = dataset.sampler(self._train_batch_size, args.world_size, args.seed)
+        epochs = next((c for c in self.callback_handler.callbacks if isinstance(c, SamplerEpoch)), None)
+        if epochs is None:
             self.add_callback(SamplerEpoch(sampler))
         else:
-            next(c for c in self.callback_handler.callbacks if isinstance(c, SamplerEpoch)).sampler = sampler
+            epochs.sampler = sampler
         workers = args.dataloader_num_workers
         loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=self.data_collator, num_workers=workers,
                             pin_memory=args.dataloader_pin_memory,
