@@ -34,17 +34,24 @@ def check_train_file(path: str | None) -> Path | None:
     """
     if path is None:
         return None
+    resolved = locate_train_file(path)
+    check_data_file(resolved, "train_file")
+    return resolved
+
+
+def locate_train_file(path: str) -> Path:
+    """The local path of a `train_file` value, without reading it: `~` and `$VARS` expanded for a local file (which
+    must exist), an `hf://datasets/...` file from the Hugging Face cache (downloaded first when missing and online).
+    FileNotFoundError naming the key when there is none."""
     if is_hub_uri(path):
         try:
             file = HubFile.parse(path)
         except ValueError as err:
             raise FileNotFoundError(f"train_file {err}") from None
-        resolved = hub_file_path(file, "train_file")
-    else:
-        resolved = Path(os.path.expandvars(path)).expanduser()
-        if not resolved.is_file():
-            raise FileNotFoundError(f"train_file '{resolved}' does not exist (recipe key 'train_file').")
-    check_data_file(resolved, "train_file")
+        return hub_file_path(file, "train_file")
+    resolved = Path(os.path.expandvars(path)).expanduser()
+    if not resolved.is_file():
+        raise FileNotFoundError(f"train_file '{resolved}' does not exist (recipe key 'train_file').")
     return resolved
 
 
@@ -357,6 +364,19 @@ class OwnDataSettings:
                     subset_size=data_args.train_subset_size, subset_seed=data_args.train_subset_seed)
 
 
+def view_ids(tokenizer: PreTrainedTokenizerBase, batch: dict[str, list[str]], text_columns: Sequence[str],
+             max_seq_length: int) -> dict[str, list[list[int]]]:
+    """A batch's text columns as views `view0`, `view1`, ...: token ids, truncated, unpadded. The one tokenisation
+    of training text, pre-tokenised (`tokenize_views`) or streamed (`hf_sentcl.data.streaming`)."""
+    # ids only: the attention mask and token types are rebuilt per batch by the collator (and skipping them here
+    # takes about a sixth off tokenising a large corpus)
+    return {
+        f"{VIEW_PREFIX}{i}": tokenizer(batch[column], truncation=True, max_length=max_seq_length,
+                                       return_attention_mask=False, return_token_type_ids=False)["input_ids"]
+        for i, column in enumerate(text_columns)
+    }
+
+
 def tokenize_views(
     dataset: Dataset,
     tokenizer: PreTrainedTokenizerBase,
@@ -365,20 +385,8 @@ def tokenize_views(
     num_proc: int | None = None,
 ) -> Dataset:
     """Tokenise each text column into `view0`, `view1`, ... (token-id lists, unpadded, truncated)."""
-
-    def tokenize(batch):
-        # ids only: the attention mask and token types are rebuilt per batch by the collator (and skipping them here
-        # takes about a sixth off tokenising a large corpus)
-        return {
-            f"{VIEW_PREFIX}{i}": tokenizer(
-                batch[column], truncation=True, max_length=max_seq_length, return_attention_mask=False,
-                return_token_type_ids=False,
-            )["input_ids"]
-            for i, column in enumerate(text_columns)
-        }
-
     return dataset.map(
-        tokenize,
+        lambda batch: view_ids(tokenizer, batch, text_columns, max_seq_length),
         batched=True,
         num_proc=num_proc,
         remove_columns=dataset.column_names,

@@ -22,10 +22,8 @@ deterministic stream does not, at the cost of reading (not tokenising) the rows 
 from __future__ import annotations
 
 import csv
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -33,8 +31,7 @@ from datasets import Features, Value, load_dataset
 from datasets import IterableDataset as RowStream
 
 from hf_sentcl.data.checks import FILE_BUILDERS
-from hf_sentcl.data.corpus import VIEW_PREFIX, _clean_text, method_columns
-from hf_sentcl.hub.download import HubFile, hub_file_path, is_hub_uri
+from hf_sentcl.data.corpus import _clean_text, locate_train_file, method_columns, view_ids
 
 #: rows held by the shuffle buffer when `buffer_size` is not set (datasets' own default)
 DEFAULT_BUFFER_SIZE = 10_000
@@ -99,17 +96,15 @@ def resolve_stream_file(path: str | None) -> str | None:
     missing and online). FileNotFoundError naming the key when there is none."""
     if path is None:
         return None
-    if is_hub_uri(path):
-        try:
-            return str(hub_file_path(HubFile.parse(path), "train_file"))
-        except ValueError as err:
-            raise FileNotFoundError(f"train_file {err}") from None
-    resolved = Path(os.path.expandvars(path)).expanduser()
-    if not resolved.is_file():
-        raise FileNotFoundError(f"train_file '{resolved}' does not exist (recipe key 'train_file').")
+    resolved = locate_train_file(path)
     if resolved.suffix.lower().lstrip(".") not in FILE_BUILDERS:
         raise FileNotFoundError(f"train_file '{resolved}': streaming reads {', '.join(sorted(FILE_BUILDERS))} files.")
     return str(resolved)
+
+
+def stream_columns(stream: RowStream) -> list[str]:
+    """A stream's columns: as its features declare them, else those of its first row (a text or JSON stream)."""
+    return stream.column_names or list(next(iter(stream.take(1)), {}).keys())
 
 
 def open_row_stream(train_file: str | None, dataset_name: str | None, config: str | None = None,
@@ -205,10 +200,8 @@ class StreamedViews(torch.utils.data.IterableDataset):
 
     def tokenised(self, rows: list[dict]) -> list[dict]:
         """`rows` tokenised into views (one batched tokenizer call per column), as `tokenize_views` does."""
-        views = {f"{VIEW_PREFIX}{i}": self.tokenizer(
-            [row[column] for row in rows], truncation=True, max_length=self.max_seq_length,
-            return_attention_mask=False, return_token_type_ids=False)["input_ids"]
-            for i, column in enumerate(self.columns)}
+        batch = {column: [row[column] for row in rows] for column in self.columns}
+        views = view_ids(self.tokenizer, batch, self.columns, self.max_seq_length)
         return [{name: ids[k] for name, ids in views.items()} for k in range(len(rows))]
 
     def __iter__(self) -> Iterator[dict]:
@@ -233,7 +226,7 @@ def stream_views(data_args, columns: tuple[str, ...], optional: tuple[str, ...],
 
     stream, source, kind = open_row_stream(path, data_args.dataset_name,
                                            data_args.dataset_config_name, data_args.dataset_split)
-    available = stream.column_names or list(next(iter(stream.take(1)), {}).keys())
+    available = stream_columns(stream)
     read_from = method_columns(source, available, columns, optional, data_args.text_column)
     renamed = {name: column for column, name in read_from.items() if column != name}
     views = columns + tuple(c for c in optional if c in available and c not in columns)

@@ -10,7 +10,7 @@ per-line repairs and drops happen as the stream is read (`hf_sentcl.data.streami
 from __future__ import annotations
 
 from hf_sentcl.data.corpus import LENGTH_SAMPLERS, method_columns
-from hf_sentcl.data.streaming import open_row_stream, resolve_stream_file
+from hf_sentcl.data.streaming import open_row_stream, resolve_stream_file, stream_columns
 from hf_sentcl.recipe.parser import RecipeError
 from hf_sentcl.recipe.plan import RunPlan
 
@@ -58,7 +58,7 @@ def check_streaming(plan: RunPlan) -> None:
     try:
         path = resolve_stream_file(data.train_file)
         stream, source, _ = open_row_stream(path, data.dataset_name, data.dataset_config_name, data.dataset_split)
-        available = stream.column_names or list(next(iter(stream.take(1)), {}).keys())
+        available = stream_columns(stream)
         method_columns(source, available, spec.required_columns, spec.optional_text_columns, data.text_column,
                        reader=f"method '{recipe.method}'")
     except (ValueError, FileNotFoundError) as err:
